@@ -1,0 +1,105 @@
+//! The crate's one error type, and parse errors that render `file:line:col`
+//! with the offending source line and a caret.
+
+use std::fmt;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every error the `hlobridge` core can report.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Malformed module text.
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The IR is structurally invalid for the requested operation.
+    #[error("invalid IR: {0}")]
+    Invalid(String),
+}
+
+/// A parse failure with its location in the source text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// Name of the file (or `<input>`).
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column, counted in characters.
+    pub col: u32,
+    /// What went wrong.
+    pub message: String,
+    /// The offending line (or a window of it when it is very long).
+    pub source_line: String,
+    /// Character index of the caret within `source_line`.
+    pub caret: usize,
+}
+
+/// Lines longer than this are shown as a window around the caret.
+const MAX_SHOWN_LINE: usize = 200;
+
+impl ParseError {
+    /// Build an error for byte offset `offset` in `src`.
+    pub fn at(file: &str, src: &[u8], offset: usize, message: impl Into<String>) -> Self {
+        let offset = offset.min(src.len());
+        let line_start = src[..offset]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
+        let line_end = src[offset..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(src.len(), |p| offset + p);
+        let line = src[..line_start].iter().filter(|&&b| b == b'\n').count() as u32 + 1;
+        let col = String::from_utf8_lossy(&src[line_start..offset])
+            .chars()
+            .count();
+        let full: Vec<char> = String::from_utf8_lossy(&src[line_start..line_end])
+            .trim_end_matches('\r')
+            .chars()
+            .collect();
+        let (source_line, caret) = if full.len() > MAX_SHOWN_LINE {
+            let lo = col.saturating_sub(MAX_SHOWN_LINE / 2);
+            let hi = (lo + MAX_SHOWN_LINE).min(full.len());
+            let window: String = full[lo..hi].iter().collect();
+            let prefix = if lo > 0 { "..." } else { "" };
+            (format!("{prefix}{window}"), col - lo + prefix.len())
+        } else {
+            (full.iter().collect(), col)
+        };
+        ParseError {
+            file: file.to_string(),
+            line,
+            col: col as u32 + 1,
+            message: message.into(),
+            source_line,
+            caret,
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Tabs keep their width in the caret line so the caret lines up.
+        let pad: String = self
+            .source_line
+            .chars()
+            .take(self.caret)
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        write!(
+            f,
+            "{}:{}:{}: error: {}\n{}\n{}^",
+            self.file, self.line, self.col, self.message, self.source_line, pad
+        )
+    }
+}
+
+impl std::error::Error for ParseError {}

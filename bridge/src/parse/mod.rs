@@ -1,0 +1,59 @@
+//! The StableHLO/MLIR text parser.
+//!
+//! It reads the generic op form of any op, and the custom (pretty) assembly
+//! formats registered in [`crate::dialects`]. Literal payloads are kept
+//! verbatim, so parse → print loses nothing. Errors render as
+//! `file:line:col` with the source line and a caret; the parser never
+//! panics and bounds its recursion depth.
+
+mod attrs;
+pub(crate) mod cursor;
+mod locs;
+mod ops;
+mod scope;
+mod types;
+
+pub use cursor::{parse_int_text, PResult, RawError};
+pub use ops::{ArgDef, OperandRef, ResultGroup};
+
+use crate::error::ParseError;
+use crate::ir::Module;
+use cursor::Cursor;
+use scope::Scopes;
+
+/// Parse `src` as a module, naming it `<input>` in errors.
+pub fn parse_module(src: &str) -> Result<Module, ParseError> {
+    parse_module_named("<input>", src)
+}
+
+/// Parse `src` as a module; `file` names it in errors.
+pub fn parse_module_named(file: &str, src: &str) -> Result<Module, ParseError> {
+    let mut p = Parser::new(src);
+    match p.parse_file() {
+        Ok(()) => Ok(p.m),
+        Err(e) => Err(ParseError::at(file, src.as_bytes(), e.pos, e.msg)),
+    }
+}
+
+/// Parser state: the cursor, the module being built and the SSA scopes.
+///
+/// Custom op formats in [`crate::dialects`] drive it through its public
+/// methods, much like MLIR's `OpAsmParser`.
+pub struct Parser<'s> {
+    /// Scanning position.
+    pub c: Cursor<'s>,
+    /// The module being built.
+    pub m: Module,
+    scopes: Scopes<'s>,
+}
+
+impl<'s> Parser<'s> {
+    /// A parser over `src`.
+    pub fn new(src: &'s str) -> Self {
+        Parser {
+            c: Cursor::new(src.as_bytes()),
+            m: Module::new(),
+            scopes: Scopes::default(),
+        }
+    }
+}

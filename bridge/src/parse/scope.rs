@@ -1,0 +1,225 @@
+//! SSA name scopes: value definitions per region, forward references, and
+//! block labels.
+
+use super::cursor::{PResult, RawError};
+use crate::ir::{BlockId, Module, TypeId, ValueDef, ValueId};
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+/// One region's names.
+#[derive(Default)]
+struct Scope<'s> {
+    values: FxHashMap<&'s str, SmallVec<[ValueId; 1]>>,
+    /// Uses seen before their definition: (name, result number) → value,
+    /// with the byte offset of the first use.
+    forward: FxHashMap<(&'s str, u32), (ValueId, usize)>,
+    blocks: FxHashMap<&'s str, (BlockId, Option<usize>)>,
+}
+
+/// The stack of scopes, innermost last.
+#[derive(Default)]
+pub(crate) struct Scopes<'s> {
+    stack: Vec<Scope<'s>>,
+}
+
+impl<'s> Scopes<'s> {
+    pub fn push(&mut self) {
+        self.stack.push(Scope::default());
+    }
+
+    /// Pop a scope. Unresolved forward value references move to the
+    /// enclosing scope (they may be defined later there); at the outermost
+    /// level they are errors. Undefined block labels are errors.
+    pub fn pop(&mut self) -> PResult<()> {
+        let Some(scope) = self.stack.pop() else {
+            return Ok(());
+        };
+        if let Some((name, (_, pos))) = scope
+            .blocks
+            .iter()
+            .filter_map(|(n, (b, pos))| pos.map(|p| (n, (b, p))))
+            .min_by_key(|(_, (_, p))| *p)
+        {
+            return Err(RawError {
+                pos,
+                msg: format!("reference to an undefined block '^{name}'"),
+            });
+        }
+        match self.stack.last_mut() {
+            Some(parent) => {
+                for (k, v) in scope.forward {
+                    parent.forward.entry(k).or_insert(v);
+                }
+                Ok(())
+            }
+            None => match scope.forward.iter().min_by_key(|(_, (_, pos))| *pos) {
+                Some(((name, num), (_, pos))) => Err(RawError {
+                    pos: *pos,
+                    msg: if *num == 0 {
+                        format!("use of undefined value '%{name}'")
+                    } else {
+                        format!("use of undefined value '%{name}#{num}'")
+                    },
+                }),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Bind `name` to a group of values in the innermost scope, resolving
+    /// earlier forward references to it.
+    pub fn define(
+        &mut self,
+        m: &mut Module,
+        name: &'s str,
+        values: SmallVec<[ValueId; 1]>,
+        pos: usize,
+    ) -> PResult<SmallVec<[ValueId; 1]>> {
+        let depth = self.stack.len();
+        let Some(scope) = self.stack.last_mut() else {
+            return Err(RawError {
+                pos,
+                msg: "value defined outside of any region".into(),
+            });
+        };
+        if scope.values.contains_key(name) {
+            return Err(RawError {
+                pos,
+                msg: format!("redefinition of SSA value '%{name}'"),
+            });
+        }
+        let _ = depth;
+        let mut values = values;
+        if !scope.forward.is_empty() {
+            for (i, v) in values.iter_mut().enumerate() {
+                if let Some((fwd, _)) = scope.forward.remove(&(name, i as u32)) {
+                    let real = m.values[v.index()].clone();
+                    if m.values[fwd.index()].ty != real.ty {
+                        return Err(RawError {
+                            pos,
+                            msg: format!(
+                                "definition of '%{name}' has a different type than its earlier uses"
+                            ),
+                        });
+                    }
+                    // Reuse the placeholder id so earlier uses stay valid.
+                    m.values[fwd.index()] = real.clone();
+                    replace_def(m, *v, fwd);
+                    *v = fwd;
+                }
+            }
+        }
+        scope.values.insert(name, values.clone());
+        Ok(values)
+    }
+
+    /// Resolve a use of `%name#num` with expected type `ty`.
+    pub fn resolve(
+        &mut self,
+        m: &mut Module,
+        name: &'s str,
+        num: u32,
+        ty: TypeId,
+        pos: usize,
+    ) -> PResult<ValueId> {
+        for scope in self.stack.iter().rev() {
+            if let Some(group) = scope.values.get(name) {
+                let Some(&v) = group.get(num as usize) else {
+                    return Err(RawError {
+                        pos,
+                        msg: format!(
+                            "'%{name}' has {} result(s); #{num} is out of range",
+                            group.len()
+                        ),
+                    });
+                };
+                if m.values[v.index()].ty != ty {
+                    return Err(RawError {
+                        pos,
+                        msg: format!(
+                            "use of value '%{name}' expects a different type than its definition: {} vs {}",
+                            crate::print::type_to_string(m, ty),
+                            crate::print::type_to_string(m, m.values[v.index()].ty)
+                        ),
+                    });
+                }
+                return Ok(v);
+            }
+            if let Some(&(v, _)) = scope.forward.get(&(name, num)) {
+                if m.values[v.index()].ty != ty {
+                    return Err(RawError {
+                        pos,
+                        msg: format!("use of value '%{name}' with inconsistent types"),
+                    });
+                }
+                return Ok(v);
+            }
+        }
+        let Some(scope) = self.stack.last_mut() else {
+            return Err(RawError {
+                pos,
+                msg: format!("use of undefined value '%{name}'"),
+            });
+        };
+        let v = m.add_value(ty, ValueDef::Pending, None);
+        scope.forward.insert((name, num), (v, pos));
+        Ok(v)
+    }
+
+    /// The block for label `name` in the innermost scope, creating a
+    /// forward reference if it is not defined yet.
+    pub fn block_ref(&mut self, m: &mut Module, name: &'s str, pos: usize) -> PResult<BlockId> {
+        let Some(scope) = self.stack.last_mut() else {
+            return Err(RawError {
+                pos,
+                msg: "block reference outside of any region".into(),
+            });
+        };
+        if let Some(&(b, _)) = scope.blocks.get(name) {
+            return Ok(b);
+        }
+        let b = m.add_block();
+        scope.blocks.insert(name, (b, Some(pos)));
+        Ok(b)
+    }
+
+    /// Define label `name` in the innermost scope.
+    pub fn block_def(&mut self, m: &mut Module, name: &'s str, pos: usize) -> PResult<BlockId> {
+        let Some(scope) = self.stack.last_mut() else {
+            return Err(RawError {
+                pos,
+                msg: "block outside of any region".into(),
+            });
+        };
+        match scope.blocks.get_mut(name) {
+            Some((b, fwd @ Some(_))) => {
+                *fwd = None;
+                Ok(*b)
+            }
+            Some((_, None)) => Err(RawError {
+                pos,
+                msg: format!("redefinition of block '^{name}'"),
+            }),
+            None => {
+                let b = m.add_block();
+                scope.blocks.insert(name, (b, None));
+                Ok(b)
+            }
+        }
+    }
+}
+
+/// Point the definition of `new` at the op result / block arg that `old`
+/// occupied.
+fn replace_def(m: &mut Module, old: ValueId, new: ValueId) {
+    match m.values[new.index()].def {
+        ValueDef::OpResult { op, index } => {
+            m.ops[op.index()].results[index as usize] = new;
+        }
+        ValueDef::BlockArg { block, index } => {
+            m.blocks[block.index()].args[index as usize] = new;
+        }
+        ValueDef::Pending => {}
+    }
+    let _ = old;
+}

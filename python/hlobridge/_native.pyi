@@ -1,0 +1,17 @@
+"""Type stubs of the native extension module."""
+
+__version__: str
+
+class BridgeError(Exception):
+    """Base class of every hlobridge error."""
+
+class ParseError(BridgeError):
+    """Malformed StableHLO/MLIR text; the message names file:line:col."""
+
+class InvalidIrError(BridgeError):
+    """Structurally invalid IR for the requested operation."""
+
+def format_module(
+    text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
+) -> str:
+    """Parse module text and print it back (pretty, or generic form)."""

@@ -1,0 +1,41 @@
+//! Python bindings: the `hlobridge._native` extension module.
+//!
+//! Errors from the Rust crates are mapped to the `hlobridge.BridgeError`
+//! hierarchy in one place ([`errors`]).
+
+mod errors;
+
+use pyo3::prelude::*;
+
+/// Parse module text and print it back (pretty, or generic with
+/// `generic=True`). The GIL is released while parsing and printing.
+#[pyfunction]
+#[pyo3(signature = (text, generic = false, debug_info = true, file = "<input>"))]
+fn format_module(
+    py: Python<'_>,
+    text: &str,
+    generic: bool,
+    debug_info: bool,
+    file: &str,
+) -> PyResult<String> {
+    let text = text.to_owned();
+    let file = file.to_owned();
+    let out = py.allow_threads(move || {
+        let m = hlobridge::parse_module_named(&file, &text)?;
+        let opts = hlobridge::PrintOptions {
+            generic,
+            debug_info,
+        };
+        Ok::<_, hlobridge::Error>(hlobridge::print_module(&m, &opts))
+    });
+    out.map_err(errors::to_py)
+}
+
+/// The `hlobridge._native` module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_function(wrap_pyfunction!(format_module, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
