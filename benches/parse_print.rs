@@ -1,0 +1,3 @@
+//! Criterion benchmark: parse and print throughput (placeholder until the
+//! large generated module is wired in).
+fn main() {}
