@@ -1,0 +1,117 @@
+//! Checks every Rust `#[repr(C)]` declaration against the installed
+//! `pjrt_c_api.h` by compiling a C program that prints `sizeof`/`offsetof`.
+
+use pjrt_client::ElementType;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn find_header() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PJRT_C_API_HEADER") {
+        return Some(PathBuf::from(p));
+    }
+    // Next to the discovered plugin (the xla-cpu-pjrt wheel ships it there).
+    if let Ok(found) = pjrt_client::find_plugin(&Default::default()) {
+        if let Some(dir) = found.path.parent() {
+            for cand in [dir.join("include/pjrt_c_api.h"), dir.join("pjrt_c_api.h")] {
+                if cand.exists() {
+                    return Some(cand);
+                }
+            }
+        }
+    }
+    // Anywhere under site-packages (bounded depth).
+    fn walk(dir: &Path, depth: usize) -> Option<PathBuf> {
+        if depth == 0 {
+            return None;
+        }
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            let p = e.path();
+            if p.file_name().is_some_and(|n| n == "pjrt_c_api.h") {
+                return Some(p);
+            }
+            if p.is_dir() && !p.is_symlink() {
+                if let Some(h) = walk(&p, depth - 1) {
+                    return Some(h);
+                }
+            }
+        }
+        None
+    }
+    pjrt_client::discovery::site_packages_dirs().iter().find_map(|sp| walk(sp, 6))
+}
+
+#[test]
+fn rust_layouts_match_pjrt_c_api_header() {
+    let Some(header) = find_header() else {
+        eprintln!(
+            "SKIPPED: pjrt_c_api.h not found (set PJRT_C_API_HEADER or install the xla-cpu-pjrt wheel into .venv via `make`)"
+        );
+        return;
+    };
+    eprintln!("checking against {}", header.display());
+    let layouts = pjrt_client::layout::all();
+    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"pjrt_c_api.h\"\nint main(void) {\n");
+    for l in &layouts {
+        c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
+        for (f, _) in l.fields {
+            c.push_str(&format!("  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n", l.name, f));
+        }
+    }
+    for t in ElementType::ALL {
+        let name = format!("{t:?}").to_uppercase();
+        c.push_str(&format!("  printf(\"enum.{name} %d\\n\", (int)PJRT_Buffer_Type_{name});\n"));
+    }
+    c.push_str("  return 0;\n}\n");
+    let dir = std::env::temp_dir().join(format!("hlobridge_layout_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("layout.c");
+    let exe = dir.join("layout");
+    std::fs::write(&src, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .arg("-std=c11")
+        .arg("-I")
+        .arg(header.parent().unwrap())
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run C compiler");
+    assert!(st.success(), "C compile failed");
+    let out = Command::new(&exe).output().expect("run layout program");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let c_vals: HashMap<&str, i64> = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    let mut mismatches = Vec::new();
+    let mut checked = 0;
+    for l in &layouts {
+        let cs = c_vals[l.name] as usize;
+        checked += 1;
+        if cs != l.size {
+            mismatches.push(format!("sizeof({}): C {cs} vs Rust {}", l.name, l.size));
+        }
+        for (f, off) in l.fields {
+            let key = format!("{}.{}", l.name, f);
+            let co = c_vals[key.as_str()] as usize;
+            checked += 1;
+            if co != *off {
+                mismatches.push(format!("offsetof({key}): C {co} vs Rust {off}"));
+            }
+        }
+    }
+    for t in ElementType::ALL {
+        let key = format!("enum.{}", format!("{t:?}").to_uppercase());
+        checked += 1;
+        if c_vals[key.as_str()] != t.to_raw() as i64 {
+            mismatches.push(format!("{key}: C {} vs Rust {}", c_vals[key.as_str()], t.to_raw()));
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    eprintln!("checked {checked} sizes/offsets/enum values over {} structs", layouts.len());
+    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+}
