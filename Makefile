@@ -1,0 +1,35 @@
+# hlobridge: the two commands.
+#   make demo  - set everything up, then run the main job on the embedded CPU plugin
+#   make test  - set everything up, then run all tests
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+export INSTA_UPDATE ?= no
+export PJRT_DEVICE ?= CPU
+
+.PHONY: help setup demo test test-rust test-python bench fmt
+
+help:
+	@echo "make demo   # set up and run the main job"
+	@echo "make test   # set up and run all tests"
+	@echo "make bench  # benchmarks (criterion + end-to-end scripts)"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	@scripts/demo.sh
+
+test: setup test-rust test-python
+
+test-rust:
+	cargo test --workspace --release -q
+
+test-python:
+	.venv/bin/python -m pytest -q -W error tests/python
+
+bench: setup
+	cargo bench -p hlobridge
+	.venv/bin/python benches/mlir_anchor.py
+
+fmt:
+	cargo fmt --all
