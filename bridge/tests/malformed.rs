@@ -18,7 +18,11 @@ fn fixtures() -> Vec<PathBuf> {
 #[test]
 fn malformed_inputs_give_located_errors() {
     let files = fixtures();
-    assert!(files.len() >= 50, "expected at least 50 fixtures, found {}", files.len());
+    assert!(
+        files.len() >= 50,
+        "expected at least 50 fixtures, found {}",
+        files.len()
+    );
     for path in files {
         let stem = path.file_stem().unwrap().to_string_lossy().to_string();
         let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
@@ -32,7 +36,10 @@ fn malformed_inputs_give_located_errors() {
             rendered.starts_with(&format!("{shown}:{}:{}: error: ", err.line, err.col)),
             "{rendered}"
         );
-        assert!(rendered.lines().count() >= 3, "no source line / caret: {rendered}");
+        assert!(
+            rendered.lines().count() >= 3,
+            "no source line / caret: {rendered}"
+        );
         insta::assert_snapshot!(stem, rendered);
     }
 }

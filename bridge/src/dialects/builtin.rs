@@ -67,6 +67,9 @@ fn print_module(pr: &mut Printer<'_>, op: OpId) -> bool {
         let Attribute::String { escaped, .. } = m.attr(v) else {
             return false;
         };
+        if !matches!(&**escaped, "public" | "private" | "nested") {
+            return false;
+        }
         pr.w(" ");
         pr.w(escaped);
     }

@@ -203,6 +203,9 @@ fn print_func(pr: &mut Printer<'_>, op: OpId) -> bool {
         let Attribute::String { escaped, .. } = m.attr(v) else {
             return false;
         };
+        if !matches!(&**escaped, "public" | "private" | "nested") {
+            return false;
+        }
         pr.w(" ");
         pr.w(escaped);
     }
