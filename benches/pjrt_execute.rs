@@ -37,10 +37,19 @@ fn client() -> Client {
 
 fn bench_execute(c: &mut Criterion) {
     let client = client();
-    let exe = client.compile(&Program::mlir_text(TINY), &CompileOptions::default()).unwrap();
-    let x = client.buffer_from_host(&[1f32, 2., 3., 4.], &[4], None).unwrap();
-    let y = client.buffer_from_host(&[5f32, 6., 7., 8.], &[4], None).unwrap();
-    assert_eq!(exe.execute(&[&x, &y]).unwrap()[0].to_host::<f32>().unwrap(), vec![6., 8., 10., 12.]);
+    let exe = client
+        .compile(&Program::mlir_text(TINY), &CompileOptions::default())
+        .unwrap();
+    let x = client
+        .buffer_from_host(&[1f32, 2., 3., 4.], &[4], None)
+        .unwrap();
+    let y = client
+        .buffer_from_host(&[5f32, 6., 7., 8.], &[4], None)
+        .unwrap();
+    assert_eq!(
+        exe.execute(&[&x, &y]).unwrap()[0].to_host::<f32>().unwrap(),
+        vec![6., 8., 10., 12.]
+    );
 
     let mut g = c.benchmark_group("execute");
     g.measurement_time(Duration::from_secs(4));
@@ -91,7 +100,11 @@ fn bench_compile(c: &mut Criterion) {
     g.sample_size(20);
     g.measurement_time(Duration::from_secs(5));
     g.bench_function("small_module", |b| {
-        b.iter(|| client.compile(&Program::mlir_text(SMALL), &CompileOptions::default()).unwrap())
+        b.iter(|| {
+            client
+                .compile(&Program::mlir_text(SMALL), &CompileOptions::default())
+                .unwrap()
+        })
     });
     g.finish();
 }

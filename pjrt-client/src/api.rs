@@ -132,7 +132,11 @@ impl Api {
         }
         self.destroy_error(err);
         tracing::debug!(function, ?code, %message, "PJRT call failed");
-        Error::Pjrt { function, code, message }
+        Error::Pjrt {
+            function,
+            code,
+            message,
+        }
     }
 
     fn destroy_error(&self, err: *mut PJRT_Error) {
@@ -193,7 +197,9 @@ impl Plugin {
     pub fn load(path: impl AsRef<Path>) -> Result<Plugin> {
         let path = path.as_ref();
         if !path.exists() {
-            return Err(Error::PluginNotFound { path: path.to_path_buf() });
+            return Err(Error::PluginNotFound {
+                path: path.to_path_buf(),
+            });
         }
         let canon = path.canonicalize()?;
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
@@ -232,7 +238,10 @@ impl Plugin {
         // SAFETY: valid args; attributes live for the process lifetime.
         unsafe {
             pjrt_call!(self.api(), PJRT_Plugin_Attributes, &mut a)?;
-            Ok(crate::client::read_named_values(a.attributes, a.num_attributes))
+            Ok(crate::client::read_named_values(
+                a.attributes,
+                a.num_attributes,
+            ))
         }
     }
 }
@@ -262,11 +271,18 @@ fn load_api(path: &Path) -> Result<Api> {
     // SAFETY: the symbol type matches PJRT's `const PJRT_Api* GetPjrtApi()`.
     let get: GetPjrtApiFn = match unsafe { lib.get::<GetPjrtApiFn>(b"GetPjrtApi\0") } {
         Ok(sym) => *sym,
-        Err(_) => return Err(Error::NotAPjrtPlugin { path: path.to_path_buf() }),
+        Err(_) => {
+            return Err(Error::NotAPjrtPlugin {
+                path: path.to_path_buf(),
+            })
+        }
     };
     // SAFETY: calling the plugin's exported entry point.
     let raw = unsafe { get() };
-    let incompatible = |reason: String| Error::IncompatibleApi { path: path.to_path_buf(), reason };
+    let incompatible = |reason: String| Error::IncompatibleApi {
+        path: path.to_path_buf(),
+        reason,
+    };
     if raw.is_null() {
         return Err(incompatible("GetPjrtApi returned null".into()));
     }
@@ -274,7 +290,9 @@ fn load_api(path: &Path) -> Result<Api> {
     let struct_size = unsafe { *(raw as *const usize) };
     let header = std::mem::offset_of!(PJRT_Api, PJRT_Error_GetCode) + std::mem::size_of::<usize>();
     if struct_size < header {
-        return Err(incompatible(format!("PJRT_Api struct_size {struct_size} < {header}")));
+        return Err(incompatible(format!(
+            "PJRT_Api struct_size {struct_size} < {header}"
+        )));
     }
     let mut table = Box::new(PJRT_Api::new());
     let n = struct_size.min(std::mem::size_of::<PJRT_Api>());
@@ -287,7 +305,10 @@ fn load_api(path: &Path) -> Result<Api> {
     let v = &table.pjrt_api_version;
     let vend = std::mem::offset_of!(ffi::PJRT_Api_Version, minor_version) + 4;
     if v.struct_size < vend {
-        return Err(incompatible(format!("PJRT_Api_Version struct_size {} too small", v.struct_size)));
+        return Err(incompatible(format!(
+            "PJRT_Api_Version struct_size {} too small",
+            v.struct_size
+        )));
     }
     let version = (v.major_version, v.minor_version);
     if version.0 != 0 {
@@ -297,11 +318,21 @@ fn load_api(path: &Path) -> Result<Api> {
         )));
     }
     if table.PJRT_Error_Destroy.is_none() || table.PJRT_Error_Message.is_none() {
-        return Err(incompatible("missing PJRT_Error_Destroy/PJRT_Error_Message".into()));
+        return Err(incompatible(
+            "missing PJRT_Error_Destroy/PJRT_Error_Message".into(),
+        ));
     }
     let extensions = read_extensions(table.extension_start);
     tracing::debug!(?version, struct_size, ?extensions, "PJRT_Api table");
-    Ok(Api { table, raw_table: raw, struct_size, version, path: path.to_path_buf(), extensions, _lib: lib })
+    Ok(Api {
+        table,
+        raw_table: raw,
+        struct_size,
+        version,
+        path: path.to_path_buf(),
+        extensions,
+        _lib: lib,
+    })
 }
 
 fn read_extensions(mut ext: *mut ffi::PJRT_Extension_Base) -> Vec<ExtensionInfo> {
@@ -316,7 +347,10 @@ fn read_extensions(mut ext: *mut ffi::PJRT_Extension_Base) -> Vec<ExtensionInfo>
         }
         // SAFETY: struct_size covers the whole PJRT_Extension_Base header.
         let base = unsafe { &*ext };
-        out.push(ExtensionInfo { type_id: base.type_, struct_size: size });
+        out.push(ExtensionInfo {
+            type_id: base.type_,
+            struct_size: size,
+        });
         ext = base.next;
     }
     out

@@ -64,7 +64,12 @@ impl std::fmt::Debug for Buffer {
 impl Buffer {
     pub(crate) fn from_raw(client: Client, raw: *mut ffi::PJRT_Buffer) -> Buffer {
         Buffer {
-            inner: Arc::new(BufferInner { client, raw, deleted: AtomicBool::new(false), meta: OnceLock::new() }),
+            inner: Arc::new(BufferInner {
+                client,
+                raw,
+                deleted: AtomicBool::new(false),
+                meta: OnceLock::new(),
+            }),
         }
     }
 
@@ -92,7 +97,9 @@ impl Buffer {
         self.check_flag(&|| context.to_string())?;
         if self.plugin_is_deleted()? {
             self.inner.deleted.store(true, Ordering::Release);
-            return Err(Error::BufferDeleted { context: context.to_string() });
+            return Err(Error::BufferDeleted {
+                context: context.to_string(),
+            });
         }
         Ok(())
     }
@@ -161,7 +168,12 @@ impl Buffer {
 
     /// Number of elements.
     pub fn element_count(&self) -> Result<usize> {
-        Ok(self.meta()?.dims.iter().map(|&d| d.max(0) as usize).product())
+        Ok(self
+            .meta()?
+            .dims
+            .iter()
+            .map(|&d| d.max(0) as usize)
+            .product())
     }
 
     /// Bytes the buffer occupies on device.
@@ -201,7 +213,12 @@ impl Buffer {
         let m = self.meta()?;
         let need = m.dtype.host_size_of(&m.dims).unwrap_or(usize::MAX);
         if dst.len() != need {
-            return Err(Error::HostSize { dims: m.dims.to_vec(), dtype: m.dtype, expected: need, got: dst.len() });
+            return Err(Error::HostSize {
+                dims: m.dims.to_vec(),
+                dtype: m.dtype,
+                expected: need,
+                got: dst.len(),
+            });
         }
         let mut a = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         a.src = self.inner.raw;
@@ -216,7 +233,10 @@ impl Buffer {
     /// Copies the buffer to a new host byte vector.
     pub fn to_host_bytes(&self) -> Result<Vec<u8>> {
         let m = self.meta()?;
-        let need = m.dtype.host_size_of(&m.dims).ok_or_else(|| Error::InvalidArgument("buffer too large".into()))?;
+        let need = m
+            .dtype
+            .host_size_of(&m.dims)
+            .ok_or_else(|| Error::InvalidArgument("buffer too large".into()))?;
         let mut v = vec![0u8; need];
         self.copy_to_host_bytes(&mut v)?;
         Ok(v)
@@ -226,14 +246,21 @@ impl Buffer {
     pub fn to_host<T: NativeType>(&self) -> Result<Vec<T>> {
         let m = self.meta()?;
         if m.dtype != T::TYPE {
-            return Err(Error::InvalidArgument(format!("buffer is {}, requested {}", m.dtype, T::TYPE)));
+            return Err(Error::InvalidArgument(format!(
+                "buffer is {}, requested {}",
+                m.dtype,
+                T::TYPE
+            )));
         }
         let n: usize = m.dims.iter().map(|&d| d.max(0) as usize).product();
         let mut v: Vec<T> = Vec::with_capacity(n);
         // SAFETY: we view the spare capacity as bytes; the copy fills all of
         // it with valid T encodings before `set_len`.
         unsafe {
-            let bytes = std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+            let bytes = std::slice::from_raw_parts_mut(
+                v.as_mut_ptr() as *mut u8,
+                n * std::mem::size_of::<T>(),
+            );
             self.copy_to_host_bytes(bytes)?;
             v.set_len(n);
         }
@@ -256,7 +283,13 @@ impl Buffer {
         let mut a = ffi::PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args::new();
         a.buffer = self.inner.raw;
         // SAFETY: live buffer.
-        unsafe { pjrt_call!(self.client().api(), PJRT_Buffer_OpaqueDeviceMemoryDataPointer, &mut a)? };
+        unsafe {
+            pjrt_call!(
+                self.client().api(),
+                PJRT_Buffer_OpaqueDeviceMemoryDataPointer,
+                &mut a
+            )?
+        };
         Ok(a.device_memory_ptr)
     }
 
@@ -307,7 +340,9 @@ unsafe extern "C" fn view_on_delete(_ptr: *mut c_void, user_arg: *mut c_void) {
 
 fn check_dims(dims: &[i64]) -> Result<()> {
     if let Some(d) = dims.iter().find(|&&d| d < 0) {
-        return Err(Error::InvalidArgument(format!("negative dimension {d} in {dims:?}")));
+        return Err(Error::InvalidArgument(format!(
+            "negative dimension {d} in {dims:?}"
+        )));
     }
     Ok(())
 }
@@ -316,7 +351,11 @@ impl Client {
     fn pick_device(&self, device: Option<&Device>) -> Result<*mut ffi::PJRT_Device> {
         match device {
             Some(d) => Ok(d.raw),
-            None => self.inner.addressable.first().copied().ok_or_else(|| Error::InvalidArgument("client has no addressable devices".into())),
+            None => {
+                self.inner.addressable.first().copied().ok_or_else(|| {
+                    Error::InvalidArgument("client has no addressable devices".into())
+                })
+            }
         }
     }
 
@@ -330,12 +369,19 @@ impl Client {
         device: Option<&Device>,
     ) -> Result<Buffer> {
         check_dims(dims)?;
-        let need = dtype.host_size_of(dims).ok_or_else(|| Error::InvalidArgument(format!("shape {dims:?} too large")))?;
+        let need = dtype
+            .host_size_of(dims)
+            .ok_or_else(|| Error::InvalidArgument(format!("shape {dims:?} too large")))?;
         if matches!(dtype, ElementType::Invalid | ElementType::Token) {
             return Err(Error::UnsupportedType(dtype));
         }
         if data.len() != need {
-            return Err(Error::HostSize { dims: dims.to_vec(), dtype, expected: need, got: data.len() });
+            return Err(Error::HostSize {
+                dims: dims.to_vec(),
+                dtype,
+                expected: need,
+                got: data.len(),
+            });
         }
         let mut a = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
         a.client = self.raw();
@@ -350,12 +396,20 @@ impl Client {
         unsafe { pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut a)? };
         let buf = Buffer::from_raw(self.clone(), a.buffer);
         Event::from_raw(self.plugin().clone(), a.done_with_host_buffer).wait()?;
-        let _ = buf.inner.meta.set(Meta { dtype, dims: Dims::from_slice(dims) });
+        let _ = buf.inner.meta.set(Meta {
+            dtype,
+            dims: Dims::from_slice(dims),
+        });
         Ok(buf)
     }
 
     /// Copies a typed host slice to a new device buffer of shape `dims`.
-    pub fn buffer_from_host<T: NativeType>(&self, data: &[T], dims: &[i64], device: Option<&Device>) -> Result<Buffer> {
+    pub fn buffer_from_host<T: NativeType>(
+        &self,
+        data: &[T],
+        dims: &[i64],
+        device: Option<&Device>,
+    ) -> Result<Buffer> {
         self.buffer_from_host_bytes(as_bytes(data), T::TYPE, dims, device)
     }
 
@@ -378,7 +432,9 @@ impl Client {
     ) -> Result<Buffer> {
         check_dims(dims)?;
         if ptr.is_null() {
-            return Err(Error::InvalidArgument("null pointer for device buffer view".into()));
+            return Err(Error::InvalidArgument(
+                "null pointer for device buffer view".into(),
+            ));
         }
         let mut a = ffi::PJRT_Client_CreateViewOfDeviceBuffer_Args::new();
         a.client = self.raw();
@@ -397,7 +453,10 @@ impl Client {
         match unsafe { pjrt_call!(self.api(), PJRT_Client_CreateViewOfDeviceBuffer, &mut a) } {
             Ok(()) => {
                 let buf = Buffer::from_raw(self.clone(), a.buffer);
-                let _ = buf.inner.meta.set(Meta { dtype, dims: Dims::from_slice(dims) });
+                let _ = buf.inner.meta.set(Meta {
+                    dtype,
+                    dims: Dims::from_slice(dims),
+                });
                 Ok(buf)
             }
             Err(e) => {

@@ -115,7 +115,10 @@ pub(crate) fn to_named_values(values: &[(String, OptionValue)]) -> Vec<ffi::PJRT
 ///
 /// # Safety
 /// `ptr` must be null or point to `n` valid `PJRT_NamedValue`s.
-pub(crate) unsafe fn read_named_values(ptr: *const ffi::PJRT_NamedValue, n: usize) -> Vec<(String, OptionValue)> {
+pub(crate) unsafe fn read_named_values(
+    ptr: *const ffi::PJRT_NamedValue,
+    n: usize,
+) -> Vec<(String, OptionValue)> {
     if ptr.is_null() {
         return Vec::new();
     }
@@ -128,14 +131,18 @@ pub(crate) unsafe fn read_named_values(ptr: *const ffi::PJRT_NamedValue, n: usiz
             unsafe {
                 let name = str_from_raw(nv.name, nv.name_size);
                 let v = match nv.type_ {
-                    ffi::PJRT_NamedValue_kString => OptionValue::String(str_from_raw(nv.value.string_value, nv.value_size)),
+                    ffi::PJRT_NamedValue_kString => {
+                        OptionValue::String(str_from_raw(nv.value.string_value, nv.value_size))
+                    }
                     ffi::PJRT_NamedValue_kInt64 => OptionValue::Int64(nv.value.int64_value),
                     ffi::PJRT_NamedValue_kInt64List => {
                         let p = nv.value.int64_array_value;
                         if p.is_null() {
                             OptionValue::Int64List(Vec::new())
                         } else {
-                            OptionValue::Int64List(std::slice::from_raw_parts(p, nv.value_size).to_vec())
+                            OptionValue::Int64List(
+                                std::slice::from_raw_parts(p, nv.value_size).to_vec(),
+                            )
                         }
                     }
                     ffi::PJRT_NamedValue_kFloat => OptionValue::Float(nv.value.float_value),
@@ -219,7 +226,8 @@ impl Client {
         // SAFETY: as above.
         unsafe {
             if pjrt_call!(api, PJRT_Client_PlatformVersion, &mut pv).is_ok() {
-                inner.platform_version = str_from_raw(pv.platform_version, pv.platform_version_size);
+                inner.platform_version =
+                    str_from_raw(pv.platform_version, pv.platform_version_size);
             }
         }
         let mut ad = ffi::PJRT_Client_AddressableDevices_Args::new();
@@ -229,11 +237,14 @@ impl Client {
             pjrt_call!(api, PJRT_Client_AddressableDevices, &mut ad)?;
             if !ad.addressable_devices.is_null() {
                 inner.addressable =
-                    std::slice::from_raw_parts(ad.addressable_devices, ad.num_addressable_devices).to_vec();
+                    std::slice::from_raw_parts(ad.addressable_devices, ad.num_addressable_devices)
+                        .to_vec();
             }
         }
         tracing::info!(platform = %inner.platform_name, devices = inner.addressable.len(), "created PJRT client");
-        Ok(Client { inner: Arc::new(inner) })
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Discovers a plugin and creates a CPU-style client with `options`.
@@ -268,17 +279,25 @@ impl Client {
 
     /// Devices this client can issue work to.
     pub fn addressable_devices(&self) -> Vec<Device> {
-        self.inner.addressable.iter().map(|&d| Device::new(self.clone(), d)).collect()
+        self.inner
+            .addressable
+            .iter()
+            .map(|&d| Device::new(self.clone(), d))
+            .collect()
     }
 
     /// The `i`th addressable device.
     pub fn device(&self, i: usize) -> Result<Device> {
-        self.inner.addressable.get(i).map(|&d| Device::new(self.clone(), d)).ok_or_else(|| {
-            crate::Error::InvalidArgument(format!(
-                "device index {i} out of range ({} addressable devices)",
-                self.inner.addressable.len()
-            ))
-        })
+        self.inner
+            .addressable
+            .get(i)
+            .map(|&d| Device::new(self.clone(), d))
+            .ok_or_else(|| {
+                crate::Error::InvalidArgument(format!(
+                    "device index {i} out of range ({} addressable devices)",
+                    self.inner.addressable.len()
+                ))
+            })
     }
 
     /// Number of addressable devices.
@@ -287,7 +306,11 @@ impl Client {
     }
 
     /// Default device assignment (`[replica][partition]` → device id).
-    pub fn default_device_assignment(&self, replicas: usize, partitions: usize) -> Result<Vec<Vec<i32>>> {
+    pub fn default_device_assignment(
+        &self,
+        replicas: usize,
+        partitions: usize,
+    ) -> Result<Vec<Vec<i32>>> {
         let n = replicas * partitions;
         let mut out = vec![0i32; n];
         let mut a = ffi::PJRT_Client_DefaultDeviceAssignment_Args::new();

@@ -38,15 +38,24 @@ pub struct Program<'a> {
 impl<'a> Program<'a> {
     /// StableHLO MLIR text (e.g. `module { func.func public @main ... }`).
     pub fn mlir_text(text: &'a str) -> Self {
-        Program { code: Cow::Borrowed(text.as_bytes()), format: ProgramFormat::Mlir }
+        Program {
+            code: Cow::Borrowed(text.as_bytes()),
+            format: ProgramFormat::Mlir,
+        }
     }
     /// StableHLO MLIR bytecode (e.g. from `jax.jit(f).lower(x).compiler_ir`).
     pub fn mlir_bytecode(bytes: &'a [u8]) -> Self {
-        Program { code: Cow::Borrowed(bytes), format: ProgramFormat::Mlir }
+        Program {
+            code: Cow::Borrowed(bytes),
+            format: ProgramFormat::Mlir,
+        }
     }
     /// Serialized `HloModuleProto`.
     pub fn hlo_proto(bytes: &'a [u8]) -> Self {
-        Program { code: Cow::Borrowed(bytes), format: ProgramFormat::Hlo }
+        Program {
+            code: Cow::Borrowed(bytes),
+            format: ProgramFormat::Hlo,
+        }
     }
 }
 
@@ -120,7 +129,12 @@ impl CompileOptions {
 
     /// SPMD over `num_partitions` devices with the given partitioner.
     pub fn spmd(num_partitions: usize, partitioner: Partitioner) -> Self {
-        CompileOptions { num_partitions, use_spmd_partitioning: true, partitioner, ..Self::default() }
+        CompileOptions {
+            num_partitions,
+            use_spmd_partitioning: true,
+            partitioner,
+            ..Self::default()
+        }
     }
 
     /// Adds an XLA flag override.
@@ -148,7 +162,10 @@ impl CompileOptions {
                 computation_count: partitions as i32,
                 computation_devices: (0..partitions)
                     .map(|p| xla::device_assignment_proto::ComputationDevice {
-                        replica_device_ids: da.iter().map(|r| r.get(p).copied().unwrap_or(0)).collect(),
+                        replica_device_ids: da
+                            .iter()
+                            .map(|r| r.get(p).copied().unwrap_or(0))
+                            .collect(),
                     })
                     .collect(),
             }
@@ -208,8 +225,14 @@ mod tests {
 
     #[test]
     fn device_assignment_is_partition_major() {
-        let o = CompileOptions::spmd(2, Partitioner::Gspmd).with_device_assignment(vec![vec![3, 1]]);
-        let da = o.to_proto().executable_build_options.unwrap().device_assignment.unwrap();
+        let o =
+            CompileOptions::spmd(2, Partitioner::Gspmd).with_device_assignment(vec![vec![3, 1]]);
+        let da = o
+            .to_proto()
+            .executable_build_options
+            .unwrap()
+            .device_assignment
+            .unwrap();
         assert_eq!((da.replica_count, da.computation_count), (1, 2));
         assert_eq!(da.computation_devices[0].replica_device_ids, vec![3]);
         assert_eq!(da.computation_devices[1].replica_device_ids, vec![1]);

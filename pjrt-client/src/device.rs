@@ -102,7 +102,10 @@ impl Device {
         a.device = self.raw;
         // SAFETY: valid device.
         unsafe { pjrt_call!(self.client.api(), PJRT_Device_DefaultMemory, &mut a)? };
-        Ok(Memory { client: self.client.clone(), raw: a.memory })
+        Ok(Memory {
+            client: self.client.clone(),
+            raw: a.memory,
+        })
     }
 
     /// All memories the device can address.
@@ -117,7 +120,10 @@ impl Device {
             }
             Ok(std::slice::from_raw_parts(a.memories, a.num_memories)
                 .iter()
-                .map(|&m| Memory { client: self.client.clone(), raw: m })
+                .map(|&m| Memory {
+                    client: self.client.clone(),
+                    raw: m,
+                })
                 .collect())
         }
     }

@@ -39,7 +39,10 @@ pub fn find_plugin(opts: &DiscoveryOptions) -> Result<FoundPlugin> {
     }
     let all = list_plugins();
     let pick = match &opts.prefer {
-        Some(pref) => all.iter().find(|f| f.name.contains(pref.as_str())).or(all.first()),
+        Some(pref) => all
+            .iter()
+            .find(|f| f.name.contains(pref.as_str()))
+            .or(all.first()),
         None => all.first(),
     };
     match pick {
@@ -52,9 +55,15 @@ pub fn find_plugin(opts: &DiscoveryOptions) -> Result<FoundPlugin> {
 
 fn found_file(source: &'static str, name: &str, p: &Path) -> Result<FoundPlugin> {
     if !p.exists() {
-        return Err(Error::PluginNotFound { path: p.to_path_buf() });
+        return Err(Error::PluginNotFound {
+            path: p.to_path_buf(),
+        });
     }
-    Ok(FoundPlugin { name: name.into(), path: p.to_path_buf(), source })
+    Ok(FoundPlugin {
+        name: name.into(),
+        path: p.to_path_buf(),
+        source,
+    })
 }
 
 /// All plugins visible through env vars, entry points and `TPU_LIBRARY_PATH`
@@ -64,7 +73,11 @@ pub fn list_plugins() -> Vec<FoundPlugin> {
     if let Ok(v) = std::env::var("PJRT_NAMES_AND_LIBRARY_PATHS") {
         for (name, path) in parse_names_and_paths(&v) {
             if path.exists() {
-                out.push(FoundPlugin { name, path, source: "PJRT_NAMES_AND_LIBRARY_PATHS" });
+                out.push(FoundPlugin {
+                    name,
+                    path,
+                    source: "PJRT_NAMES_AND_LIBRARY_PATHS",
+                });
             }
         }
     }
@@ -74,7 +87,11 @@ pub fn list_plugins() -> Vec<FoundPlugin> {
     if let Some(p) = std::env::var_os("TPU_LIBRARY_PATH") {
         let p = PathBuf::from(p);
         if p.exists() {
-            out.push(FoundPlugin { name: "tpu".into(), path: p, source: "TPU_LIBRARY_PATH" });
+            out.push(FoundPlugin {
+                name: "tpu".into(),
+                path: p,
+                source: "TPU_LIBRARY_PATH",
+            });
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -160,7 +177,9 @@ fn python_site_dirs(python: &Path) -> Vec<PathBuf> {
 /// `[jax_plugins]` entries and resolves each module's directory to a `.so`.
 pub fn scan_entry_points(site: &Path) -> Vec<FoundPlugin> {
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(site) else { return out };
+    let Ok(rd) = std::fs::read_dir(site) else {
+        return out;
+    };
     let mut infos: Vec<PathBuf> = rd
         .flatten()
         .map(|e| e.path())
@@ -168,14 +187,20 @@ pub fn scan_entry_points(site: &Path) -> Vec<FoundPlugin> {
         .collect();
     infos.sort();
     for info in infos {
-        let Ok(text) = std::fs::read_to_string(info.join("entry_points.txt")) else { continue };
+        let Ok(text) = std::fs::read_to_string(info.join("entry_points.txt")) else {
+            continue;
+        };
         for (group, name, module) in parse_entry_points(&text) {
             if group != "xla_plugins" && group != "jax_plugins" {
                 continue;
             }
             let module_dir = site.join(module.split(':').next().unwrap_or("").replace('.', "/"));
             if let Some(so) = find_so(&module_dir) {
-                out.push(FoundPlugin { name, path: so, source: "entry_point" });
+                out.push(FoundPlugin {
+                    name,
+                    path: so,
+                    source: "entry_point",
+                });
             }
         }
     }
@@ -210,7 +235,10 @@ fn find_so(dir: &Path) -> Option<PathBuf> {
     sos.sort();
     // Prefer names containing "pjrt".
     sos.iter()
-        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().contains("pjrt")))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("pjrt"))
+        })
         .or(sos.first())
         .cloned()
 }
@@ -222,13 +250,26 @@ mod tests {
     #[test]
     fn parses_names_and_paths() {
         let v = parse_names_and_paths("cpu:/a/b.so, cuda:/c.so,bad");
-        assert_eq!(v, vec![("cpu".into(), "/a/b.so".into()), ("cuda".into(), "/c.so".into())]);
+        assert_eq!(
+            v,
+            vec![
+                ("cpu".into(), "/a/b.so".into()),
+                ("cuda".into(), "/c.so".into())
+            ]
+        );
     }
 
     #[test]
     fn parses_entry_points() {
         let t = "[console_scripts]\nx = y:z\n\n[xla_plugins]\nxla_cpu_pjrt = xla_plugins.xla_cpu_pjrt\n";
         let v = parse_entry_points(t);
-        assert_eq!(v[1], ("xla_plugins".into(), "xla_cpu_pjrt".into(), "xla_plugins.xla_cpu_pjrt".into()));
+        assert_eq!(
+            v[1],
+            (
+                "xla_plugins".into(),
+                "xla_cpu_pjrt".into(),
+                "xla_plugins.xla_cpu_pjrt".into()
+            )
+        );
     }
 }

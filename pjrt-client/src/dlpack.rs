@@ -43,7 +43,11 @@ pub fn dl_dtype(t: ElementType) -> Result<DLDataType> {
         C64 | C128 => (kDLComplex, t.bit_width()),
         other => return Err(Error::UnsupportedType(other)),
     };
-    Ok(DLDataType { code, bits: bits as u8, lanes: 1 })
+    Ok(DLDataType {
+        code,
+        bits: bits as u8,
+        lanes: 1,
+    })
 }
 
 impl Buffer {
@@ -60,12 +64,27 @@ impl Buffer {
         let device = self.device()?;
         let platform = self.client().platform_name().to_ascii_lowercase();
         let dev = match platform.as_str() {
-            "cpu" => DLDevice { device_type: kDLCPU, device_id: 0 },
-            "cuda" | "gpu" => DLDevice { device_type: kDLCUDA, device_id: device.local_hardware_id()? },
-            "rocm" => DLDevice { device_type: kDLROCM, device_id: device.local_hardware_id()? },
-            other => return Err(Error::InvalidArgument(format!("DLPack export unsupported on platform {other}"))),
+            "cpu" => DLDevice {
+                device_type: kDLCPU,
+                device_id: 0,
+            },
+            "cuda" | "gpu" => DLDevice {
+                device_type: kDLCUDA,
+                device_id: device.local_hardware_id()?,
+            },
+            "rocm" => DLDevice {
+                device_type: kDLROCM,
+                device_id: device.local_hardware_id()?,
+            },
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "DLPack export unsupported on platform {other}"
+                )))
+            }
         };
-        let data = self.opaque_device_pointer().or_else(|_| self.unsafe_pointer().map(|p| p as *mut c_void))?;
+        let data = self
+            .opaque_device_pointer()
+            .or_else(|_| self.unsafe_pointer().map(|p| p as *mut c_void))?;
         self.external_ref(true)?;
         let mut h = Box::new(Holder {
             tensor: DLManagedTensor {

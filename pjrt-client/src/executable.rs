@@ -115,10 +115,17 @@ impl Executable {
             } else {
                 std::slice::from_raw_parts(t.output_types, t.num_output_types)
             };
-            let sizes =
-                if d.dim_sizes.is_null() { &[][..] } else { std::slice::from_raw_parts(d.dim_sizes, d.num_outputs) };
+            let sizes = if d.dim_sizes.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(d.dim_sizes, d.num_outputs)
+            };
             let total: usize = sizes.iter().sum();
-            let dims = if d.dims.is_null() { &[][..] } else { std::slice::from_raw_parts(d.dims, total) };
+            let dims = if d.dims.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(d.dims, total)
+            };
             let mut off = 0;
             let mut out = Vec::with_capacity(types.len());
             for (i, &ty) in types.iter().enumerate() {
@@ -173,7 +180,8 @@ impl Executable {
             let out = if a.serialized_bytes.is_null() {
                 Vec::new()
             } else {
-                std::slice::from_raw_parts(a.serialized_bytes as *const u8, a.serialized_bytes_size).to_vec()
+                std::slice::from_raw_parts(a.serialized_bytes as *const u8, a.serialized_bytes_size)
+                    .to_vec()
             };
             if let Some(del) = a.serialized_executable_deleter {
                 del(a.serialized_executable);
@@ -189,7 +197,10 @@ impl Executable {
         // SAFETY: valid handle; string copied.
         unsafe {
             pjrt_call!(self.plugin.api(), PJRT_Executable_Fingerprint, &mut a)?;
-            Ok(str_from_raw(a.executable_fingerprint, a.executable_fingerprint_size))
+            Ok(str_from_raw(
+                a.executable_fingerprint,
+                a.executable_fingerprint_size,
+            ))
         }
     }
 }
@@ -227,7 +238,9 @@ impl Drop for ExecInner {
         a.executable = self.raw;
         // SAFETY: owned handle, destroyed once (the inner Executable is
         // destroyed afterwards by its own Drop).
-        if let Err(e) = unsafe { pjrt_call!(self.client.api(), PJRT_LoadedExecutable_Destroy, &mut a) } {
+        if let Err(e) =
+            unsafe { pjrt_call!(self.client.api(), PJRT_LoadedExecutable_Destroy, &mut a) }
+        {
             tracing::warn!(error = %e, "PJRT_LoadedExecutable_Destroy failed");
         }
     }
@@ -250,7 +263,10 @@ impl std::fmt::Debug for LoadedExecutable {
 }
 
 impl LoadedExecutable {
-    pub(crate) fn from_raw(client: &Client, raw: *mut ffi::PJRT_LoadedExecutable) -> Result<LoadedExecutable> {
+    pub(crate) fn from_raw(
+        client: &Client,
+        raw: *mut ffi::PJRT_LoadedExecutable,
+    ) -> Result<LoadedExecutable> {
         let api = client.api();
         let mut g = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
         g.loaded_executable = raw;
@@ -262,7 +278,10 @@ impl LoadedExecutable {
             let _ = unsafe { pjrt_call!(api, PJRT_LoadedExecutable_Destroy, &mut d) };
             return Err(e);
         }
-        let exe = Executable { plugin: client.plugin().clone(), raw: g.executable };
+        let exe = Executable {
+            plugin: client.plugin().clone(),
+            raw: g.executable,
+        };
         let mut inner = ExecInner {
             client: client.clone(),
             raw,
@@ -280,14 +299,18 @@ impl LoadedExecutable {
         unsafe {
             pjrt_call!(api, PJRT_LoadedExecutable_AddressableDevices, &mut ad)?;
             if !ad.addressable_devices.is_null() {
-                inner.devices = std::slice::from_raw_parts(ad.addressable_devices, ad.num_addressable_devices).to_vec();
+                inner.devices =
+                    std::slice::from_raw_parts(ad.addressable_devices, ad.num_addressable_devices)
+                        .to_vec();
             }
         }
         inner.num_outputs = inner.exe.num_outputs()?;
         inner.num_replicas = inner.exe.num_replicas().unwrap_or(1);
         inner.num_partitions = inner.exe.num_partitions().unwrap_or(1);
         inner.outputs = inner.exe.output_info().unwrap_or_default();
-        Ok(LoadedExecutable { inner: Arc::new(inner) })
+        Ok(LoadedExecutable {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Raw `PJRT_LoadedExecutable*` (owned by this object).
@@ -307,7 +330,11 @@ impl LoadedExecutable {
 
     /// Devices this executable runs on (one argument list per device).
     pub fn devices(&self) -> Vec<Device> {
-        self.inner.devices.iter().map(|&d| Device::new(self.client().clone(), d)).collect()
+        self.inner
+            .devices
+            .iter()
+            .map(|&d| Device::new(self.client().clone(), d))
+            .collect()
     }
 
     /// Number of devices an execution runs on.
@@ -370,7 +397,11 @@ impl LoadedExecutable {
 
 impl Client {
     /// Compiles `program` with `options` for this client's devices.
-    pub fn compile(&self, program: &Program<'_>, options: &CompileOptions) -> Result<LoadedExecutable> {
+    pub fn compile(
+        &self,
+        program: &Program<'_>,
+        options: &CompileOptions,
+    ) -> Result<LoadedExecutable> {
         if program.code.is_empty() {
             return Err(Error::InvalidArgument("empty program".into()));
         }
@@ -396,7 +427,11 @@ impl Client {
 
     /// Loads an executable produced by [`LoadedExecutable::serialize`];
     /// `options` optionally overrides the serialized compile options.
-    pub fn deserialize_executable(&self, bytes: &[u8], options: Option<&CompileOptions>) -> Result<LoadedExecutable> {
+    pub fn deserialize_executable(
+        &self,
+        bytes: &[u8],
+        options: Option<&CompileOptions>,
+    ) -> Result<LoadedExecutable> {
         if bytes.is_empty() {
             return Err(Error::InvalidArgument("empty serialized executable".into()));
         }

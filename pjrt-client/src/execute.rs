@@ -46,7 +46,10 @@ impl LoadedExecutable {
     pub fn execute_with(&self, args: &[&Buffer], opts: &ExecuteOptions<'_>) -> Result<Vec<Buffer>> {
         let nd = self.inner.devices.len();
         if nd != 1 {
-            return Err(Error::DeviceCount { expected: nd, got: 1 });
+            return Err(Error::DeviceCount {
+                expected: nd,
+                got: 1,
+            });
         }
         let mut out = Vec::with_capacity(self.inner.num_outputs);
         self.run(&[args], opts, &mut |_, b| out.push(b))?;
@@ -62,8 +65,9 @@ impl LoadedExecutable {
         opts: &ExecuteOptions<'_>,
     ) -> Result<Vec<Vec<Buffer>>> {
         let lists: SmallVec<[&[&Buffer]; 8]> = per_device.iter().map(|a| a.as_ref()).collect();
-        let mut out: Vec<Vec<Buffer>> =
-            (0..lists.len()).map(|_| Vec::with_capacity(self.inner.num_outputs)).collect();
+        let mut out: Vec<Vec<Buffer>> = (0..lists.len())
+            .map(|_| Vec::with_capacity(self.inner.num_outputs))
+            .collect();
         self.run(&lists, opts, &mut |d, b| out[d].push(b))?;
         Ok(out)
     }
@@ -71,7 +75,10 @@ impl LoadedExecutable {
     fn check_args(&self, per_device: &[&[&Buffer]]) -> Result<usize> {
         let nd = self.inner.devices.len();
         if per_device.len() != nd {
-            return Err(Error::DeviceCount { expected: nd, got: per_device.len() });
+            return Err(Error::DeviceCount {
+                expected: nd,
+                got: per_device.len(),
+            });
         }
         let table = self.param_table();
         let na = match table {
@@ -80,25 +87,40 @@ impl LoadedExecutable {
         };
         for list in per_device {
             if list.len() != na {
-                return Err(Error::ArgumentCount { expected: na, got: list.len() });
+                return Err(Error::ArgumentCount {
+                    expected: na,
+                    got: list.len(),
+                });
             }
             for (i, b) in list.iter().enumerate() {
                 b.check_flag(&|| format!("argument {i} of execute"))?;
                 if !std::ptr::eq(b.client().inner.as_ref(), self.client().inner.as_ref()) {
-                    return Err(Error::InvalidArgument(format!("argument {i} belongs to a different client")));
+                    return Err(Error::InvalidArgument(format!(
+                        "argument {i} belongs to a different client"
+                    )));
                 }
                 if b.plugin_is_deleted()? {
                     b.mark_deleted();
-                    return Err(Error::BufferDeleted { context: format!("argument {i} of execute") });
+                    return Err(Error::BufferDeleted {
+                        context: format!("argument {i} of execute"),
+                    });
                 }
                 if let Some(t) = table {
                     let m = b.meta()?;
                     let p = &t.params[i];
                     if m.dtype != p.dtype {
-                        return Err(Error::ArgumentDtype { index: i, expected: p.dtype, got: m.dtype });
+                        return Err(Error::ArgumentDtype {
+                            index: i,
+                            expected: p.dtype,
+                            got: m.dtype,
+                        });
                     }
                     if m.dims != p.dims {
-                        return Err(Error::ArgumentShape { index: i, expected: p.dims.to_vec(), got: m.dims.to_vec() });
+                        return Err(Error::ArgumentShape {
+                            index: i,
+                            expected: p.dims.to_vec(),
+                            got: m.dims.to_vec(),
+                        });
                     }
                 }
             }
@@ -106,7 +128,12 @@ impl LoadedExecutable {
         Ok(na)
     }
 
-    fn run(&self, per_device: &[&[&Buffer]], opts: &ExecuteOptions<'_>, sink: &mut dyn FnMut(usize, Buffer)) -> Result<()> {
+    fn run(
+        &self,
+        per_device: &[&[&Buffer]],
+        opts: &ExecuteOptions<'_>,
+        sink: &mut dyn FnMut(usize, Buffer),
+    ) -> Result<()> {
         let na = self.check_args(per_device)?;
         let nd = per_device.len();
         let no = self.inner.num_outputs;
@@ -115,11 +142,13 @@ impl LoadedExecutable {
         for list in per_device {
             arg_ptrs.extend(list.iter().map(|b| b.raw()));
         }
-        let arg_lists: SmallVec<[*const *mut ffi::PJRT_Buffer; 8]> =
-            (0..nd).map(|d| arg_ptrs.as_ptr().wrapping_add(d * na) as *const _).collect();
+        let arg_lists: SmallVec<[*const *mut ffi::PJRT_Buffer; 8]> = (0..nd)
+            .map(|d| arg_ptrs.as_ptr().wrapping_add(d * na) as *const _)
+            .collect();
         let mut out_ptrs: Ptrs = SmallVec::from_elem(std::ptr::null_mut(), nd * no);
-        let out_lists: SmallVec<[*mut *mut ffi::PJRT_Buffer; 8]> =
-            (0..nd).map(|d| out_ptrs.as_mut_ptr().wrapping_add(d * no)).collect();
+        let out_lists: SmallVec<[*mut *mut ffi::PJRT_Buffer; 8]> = (0..nd)
+            .map(|d| out_ptrs.as_mut_ptr().wrapping_add(d * no))
+            .collect();
 
         let owned_indices: SmallVec<[i64; 16]>;
         let non_donatable: &[i64] = match opts.donation {
@@ -133,9 +162,14 @@ impl LoadedExecutable {
             Donation::All => &[],
             Donation::Only(idx) => {
                 if let Some(&bad) = idx.iter().find(|&&i| i >= na) {
-                    return Err(Error::InvalidArgument(format!("donation index {bad} out of range ({na} arguments)")));
+                    return Err(Error::InvalidArgument(format!(
+                        "donation index {bad} out of range ({na} arguments)"
+                    )));
                 }
-                owned_indices = (0..na).filter(|i| !idx.contains(i)).map(|i| i as i64).collect();
+                owned_indices = (0..na)
+                    .filter(|i| !idx.contains(i))
+                    .map(|i| i as i64)
+                    .collect();
                 &owned_indices
             }
         };

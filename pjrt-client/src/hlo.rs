@@ -44,7 +44,10 @@ fn array_info(s: &ShapeProto) -> Option<ArrayInfo> {
     if p == PrimitiveType::Tuple {
         return None;
     }
-    Some(ArrayInfo { dtype: ElementType::from_primitive(p)?, dims: Dims::from_slice(&s.dimensions) })
+    Some(ArrayInfo {
+        dtype: ElementType::from_primitive(p)?,
+        dims: Dims::from_slice(&s.dimensions),
+    })
 }
 
 impl OptimizedHlo {
@@ -53,11 +56,21 @@ impl OptimizedHlo {
     pub fn decode(bytes: &[u8], format: &str) -> Result<OptimizedHlo> {
         let module = match format {
             "hlo_with_config" => xla::HloModuleProtoWithConfig::decode(bytes)
-                .map_err(|source| Error::Decode { what: "HloModuleProtoWithConfig", source })?
+                .map_err(|source| Error::Decode {
+                    what: "HloModuleProtoWithConfig",
+                    source,
+                })?
                 .hlo_module
                 .unwrap_or_default(),
-            "hlo" => HloModuleProto::decode(bytes).map_err(|source| Error::Decode { what: "HloModuleProto", source })?,
-            other => return Err(Error::InvalidArgument(format!("unsupported optimized program format {other:?}"))),
+            "hlo" => HloModuleProto::decode(bytes).map_err(|source| Error::Decode {
+                what: "HloModuleProto",
+                source,
+            })?,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unsupported optimized program format {other:?}"
+                )))
+            }
         };
         Ok(OptimizedHlo { module })
     }
@@ -68,7 +81,11 @@ impl OptimizedHlo {
         m.computations
             .iter()
             .find(|c| c.id == m.entry_computation_id && m.entry_computation_id != 0)
-            .or_else(|| m.computations.iter().find(|c| c.name == m.entry_computation_name))
+            .or_else(|| {
+                m.computations
+                    .iter()
+                    .find(|c| c.name == m.entry_computation_name)
+            })
             .or(m.computations.last())
     }
 
@@ -76,7 +93,9 @@ impl OptimizedHlo {
     /// is a tuple or the module carries no shapes).
     pub fn entry_parameters(&self) -> Option<Vec<ArrayInfo>> {
         let shapes: Vec<&ShapeProto> = match &self.module.host_program_shape {
-            Some(ps) if !ps.parameters.is_empty() || ps.result.is_some() => ps.parameters.iter().collect(),
+            Some(ps) if !ps.parameters.is_empty() || ps.result.is_some() => {
+                ps.parameters.iter().collect()
+            }
             _ => {
                 let entry = self.entry()?;
                 let mut params: Vec<(i64, &ShapeProto)> = entry
@@ -100,7 +119,12 @@ impl OptimizedHlo {
             .input_output_alias
             .iter()
             .flat_map(|a| a.entries.iter().map(|e| e.parameter_number as usize))
-            .chain(self.module.buffer_donor.iter().flat_map(|d| d.entries.iter().map(|e| e.parameter_number as usize)))
+            .chain(
+                self.module
+                    .buffer_donor
+                    .iter()
+                    .flat_map(|d| d.entries.iter().map(|e| e.parameter_number as usize)),
+            )
             .collect();
         v.sort_unstable();
         v.dedup();
@@ -111,7 +135,13 @@ impl OptimizedHlo {
         self.module.computations.iter().map(|c| (c.id, c)).collect()
     }
 
-    fn collect_opcodes(&self, comps: &HashMap<i64, &HloComputationProto>, c: &HloComputationProto, out: &mut Vec<String>, depth: usize) {
+    fn collect_opcodes(
+        &self,
+        comps: &HashMap<i64, &HloComputationProto>,
+        c: &HloComputationProto,
+        out: &mut Vec<String>,
+        depth: usize,
+    ) {
         if depth > 32 {
             return;
         }
@@ -137,7 +167,13 @@ impl OptimizedHlo {
                 continue;
             }
             for i in c.instructions.iter().filter(|i| i.opcode == "fusion") {
-                let Some(fc) = i.called_computation_ids.first().and_then(|id| comps.get(id)) else { continue };
+                let Some(fc) = i
+                    .called_computation_ids
+                    .first()
+                    .and_then(|id| comps.get(id))
+                else {
+                    continue;
+                };
                 let mut opcodes = Vec::new();
                 self.collect_opcodes(&comps, fc, &mut opcodes, 0);
                 out.push(FusionInfo {
@@ -168,25 +204,57 @@ impl OptimizedHlo {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut names: HashMap<i64, &str> = HashMap::new();
-        let comp_names: HashMap<i64, &str> = self.module.computations.iter().map(|c| (c.id, c.name.as_str())).collect();
+        let comp_names: HashMap<i64, &str> = self
+            .module
+            .computations
+            .iter()
+            .map(|c| (c.id, c.name.as_str()))
+            .collect();
         let mut s = String::new();
         let _ = writeln!(s, "HloModule {}", self.module.name);
         for c in &self.module.computations {
             for i in &c.instructions {
                 names.insert(i.id, &i.name);
             }
-            let entry = if c.id == self.module.entry_computation_id { "ENTRY " } else { "" };
-            let fused = if c.is_fusion_computation { " (fused)" } else { "" };
+            let entry = if c.id == self.module.entry_computation_id {
+                "ENTRY "
+            } else {
+                ""
+            };
+            let fused = if c.is_fusion_computation {
+                " (fused)"
+            } else {
+                ""
+            };
             let _ = writeln!(s, "\n{entry}{}{fused} {{", c.name);
             for i in &c.instructions {
-                let shape = i.shape.as_ref().and_then(array_info).map(|a| a.to_string()).unwrap_or_else(|| "(...)".into());
-                let ops: Vec<&str> = i.operand_ids.iter().map(|o| names.get(o).copied().unwrap_or("?")).collect();
+                let shape = i
+                    .shape
+                    .as_ref()
+                    .and_then(array_info)
+                    .map(|a| a.to_string())
+                    .unwrap_or_else(|| "(...)".into());
+                let ops: Vec<&str> = i
+                    .operand_ids
+                    .iter()
+                    .map(|o| names.get(o).copied().unwrap_or("?"))
+                    .collect();
                 let root = if i.id == c.root_id { "ROOT " } else { "" };
-                let _ = write!(s, "  {root}{} = {shape} {}({})", i.name, i.opcode, ops.join(", "));
+                let _ = write!(
+                    s,
+                    "  {root}{} = {shape} {}({})",
+                    i.name,
+                    i.opcode,
+                    ops.join(", ")
+                );
                 if !i.fusion_kind.is_empty() {
                     let _ = write!(s, ", kind={}", i.fusion_kind);
                 }
-                let called: Vec<&str> = i.called_computation_ids.iter().map(|id| comp_names.get(id).copied().unwrap_or("?")).collect();
+                let called: Vec<&str> = i
+                    .called_computation_ids
+                    .iter()
+                    .map(|id| comp_names.get(id).copied().unwrap_or("?"))
+                    .collect();
                 if !called.is_empty() {
                     let _ = write!(s, ", calls={}", called.join(","));
                 }

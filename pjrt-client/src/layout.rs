@@ -10,4 +10,3 @@ pub use crate::ffi::StructLayout;
 pub fn all() -> Vec<StructLayout> {
     crate::ffi::all_layouts()
 }
-

@@ -8,7 +8,12 @@ use pjrt_client::{CompileOptions, ElementType, Program};
 fn compile_and_run_sine_exp() {
     let c = client(1);
     assert_eq!(c.platform_name(), "cpu");
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(64)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(64)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     assert_eq!(exe.num_outputs(), 1);
     assert_eq!(exe.output_info()[0].dtype, ElementType::F32);
     assert_eq!(&exe.output_info()[0].dims[..], &[64]);
@@ -30,12 +35,19 @@ fn compile_and_run_sine_exp() {
 #[test]
 fn optimized_hlo_lists_fusions() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(1024)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(1024)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let hlo = exe.optimized_hlo().unwrap();
     let fusions = hlo.fusions();
     eprintln!("{}", hlo.to_text());
     assert!(
-        fusions.iter().any(|f| f.contains_all(&["sine", "exponential"])),
+        fusions
+            .iter()
+            .any(|f| f.contains_all(&["sine", "exponential"])),
         "expected a fusion containing sine and exponential: {fusions:?}"
     );
 }

@@ -8,7 +8,9 @@ use pjrt_client::{CompileOptions, ElementType, Error, Plugin, Program};
 fn missing_plugin_file() {
     let err = Plugin::load("/nonexistent/dir/libpjrt_nothing.so").unwrap_err();
     assert!(matches!(err, Error::PluginNotFound { .. }), "{err}");
-    assert!(err.to_string().contains("/nonexistent/dir/libpjrt_nothing.so"));
+    assert!(err
+        .to_string()
+        .contains("/nonexistent/dir/libpjrt_nothing.so"));
 }
 
 #[test]
@@ -41,27 +43,52 @@ fn file_that_is_not_a_shared_library() {
 #[test]
 fn invalid_module_is_a_compile_error() {
     let c = client(1);
-    let err = c.compile(&Program::mlir_text("this is not mlir"), &CompileOptions::default()).unwrap_err();
+    let err = c
+        .compile(
+            &Program::mlir_text("this is not mlir"),
+            &CompileOptions::default(),
+        )
+        .unwrap_err();
     match &err {
         Error::Pjrt { function, .. } => assert_eq!(*function, "PJRT_Client_Compile"),
         other => panic!("unexpected error {other}"),
     }
-    let err = c.compile(&Program::mlir_text(""), &CompileOptions::default()).unwrap_err();
+    let err = c
+        .compile(&Program::mlir_text(""), &CompileOptions::default())
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
 
 #[test]
 fn wrong_argument_count_shape_and_dtype() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(8)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(8)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let good = c.buffer_from_host(&[0f32; 8], &[8], None).unwrap();
     let err = exe.execute(&[&good]).unwrap_err();
-    assert!(matches!(err, Error::ArgumentCount { expected: 2, got: 1 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::ArgumentCount {
+                expected: 2,
+                got: 1
+            }
+        ),
+        "{err}"
+    );
 
     let wrong_shape = c.buffer_from_host(&[0f32; 4], &[2, 2], None).unwrap();
     let err = exe.execute(&[&good, &wrong_shape]).unwrap_err();
     match &err {
-        Error::ArgumentShape { index: 1, expected, got } => {
+        Error::ArgumentShape {
+            index: 1,
+            expected,
+            got,
+        } => {
             assert_eq!(expected, &vec![8]);
             assert_eq!(got, &vec![2, 2]);
         }
@@ -72,7 +99,14 @@ fn wrong_argument_count_shape_and_dtype() {
     let wrong_type = c.buffer_from_host(&[0i32; 8], &[8], None).unwrap();
     let err = exe.execute(&[&wrong_type, &good]).unwrap_err();
     assert!(
-        matches!(err, Error::ArgumentDtype { index: 0, expected: ElementType::F32, got: ElementType::S32 }),
+        matches!(
+            err,
+            Error::ArgumentDtype {
+                index: 0,
+                expected: ElementType::F32,
+                got: ElementType::S32
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("expected f32, got i32"), "{err}");
@@ -82,17 +116,33 @@ fn wrong_argument_count_shape_and_dtype() {
 fn host_data_size_mismatch() {
     let c = client(1);
     let err = c.buffer_from_host(&[0f32; 3], &[2, 2], None).unwrap_err();
-    assert!(matches!(err, Error::HostSize { expected: 16, got: 12, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::HostSize {
+                expected: 16,
+                got: 12,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = c.buffer_from_host(&[0f32; 4], &[-1, 4], None).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     let b = c.buffer_from_host(&[0f32; 4], &[4], None).unwrap();
     assert!(b.to_host::<i32>().is_err());
     let mut small = [0u8; 3];
-    assert!(matches!(b.copy_to_host_bytes(&mut small).unwrap_err(), Error::HostSize { .. }));
+    assert!(matches!(
+        b.copy_to_host_bytes(&mut small).unwrap_err(),
+        Error::HostSize { .. }
+    ));
 }
 
 #[test]
 fn device_index_out_of_range() {
     let c = client(1);
-    assert!(matches!(c.device(5).unwrap_err(), Error::InvalidArgument(_)));
+    assert!(matches!(
+        c.device(5).unwrap_err(),
+        Error::InvalidArgument(_)
+    ));
 }

@@ -38,7 +38,9 @@ fn find_header() -> Option<PathBuf> {
         }
         None
     }
-    pjrt_client::discovery::site_packages_dirs().iter().find_map(|sp| walk(sp, 6))
+    pjrt_client::discovery::site_packages_dirs()
+        .iter()
+        .find_map(|sp| walk(sp, 6))
 }
 
 #[test]
@@ -51,16 +53,23 @@ fn rust_layouts_match_pjrt_c_api_header() {
     };
     eprintln!("checking against {}", header.display());
     let layouts = pjrt_client::layout::all();
-    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"pjrt_c_api.h\"\nint main(void) {\n");
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"pjrt_c_api.h\"\nint main(void) {\n",
+    );
     for l in &layouts {
         c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
         for (f, _) in l.fields {
-            c.push_str(&format!("  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n", l.name, f));
+            c.push_str(&format!(
+                "  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n",
+                l.name, f
+            ));
         }
     }
     for t in ElementType::ALL {
         let name = format!("{t:?}").to_uppercase();
-        c.push_str(&format!("  printf(\"enum.{name} %d\\n\", (int)PJRT_Buffer_Type_{name});\n"));
+        c.push_str(&format!(
+            "  printf(\"enum.{name} %d\\n\", (int)PJRT_Buffer_Type_{name});\n"
+        ));
     }
     c.push_str("  return 0;\n}\n");
     let dir = std::env::temp_dir().join(format!("hlobridge_layout_{}", std::process::id()));
@@ -108,10 +117,21 @@ fn rust_layouts_match_pjrt_c_api_header() {
         let key = format!("enum.{}", format!("{t:?}").to_uppercase());
         checked += 1;
         if c_vals[key.as_str()] != t.to_raw() as i64 {
-            mismatches.push(format!("{key}: C {} vs Rust {}", c_vals[key.as_str()], t.to_raw()));
+            mismatches.push(format!(
+                "{key}: C {} vs Rust {}",
+                c_vals[key.as_str()],
+                t.to_raw()
+            ));
         }
     }
     std::fs::remove_dir_all(&dir).ok();
-    eprintln!("checked {checked} sizes/offsets/enum values over {} structs", layouts.len());
-    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+    eprintln!(
+        "checked {checked} sizes/offsets/enum values over {} structs",
+        layouts.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "layout mismatches:\n{}",
+        mismatches.join("\n")
+    );
 }

@@ -16,7 +16,9 @@ const DONATING: &str = r#"module @donate {
 #[test]
 fn donation_invalidates_input_with_clear_error() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(DONATING), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(&Program::mlir_text(DONATING), &CompileOptions::default())
+        .unwrap();
     let a = c.buffer_from_host(&[1f32; 8], &[8], None).unwrap();
     let b = c.buffer_from_host(&[2f32; 8], &[8], None).unwrap();
 
@@ -26,18 +28,37 @@ fn donation_invalidates_input_with_clear_error() {
     assert!(!a.is_deleted());
 
     // Donate all: arg0 is aliased to the output and becomes invalid.
-    let out = exe.execute_with(&[&a, &b], &ExecuteOptions { donation: Donation::All, ..Default::default() }).unwrap();
+    let out = exe
+        .execute_with(
+            &[&a, &b],
+            &ExecuteOptions {
+                donation: Donation::All,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(out[0].to_host::<f32>().unwrap(), vec![3f32; 8]);
     assert!(a.is_deleted(), "donated buffer must be deleted");
     assert!(!b.is_deleted());
     let err = exe.execute(&[&a, &b]).unwrap_err();
     assert!(matches!(err, Error::BufferDeleted { .. }), "{err}");
     assert!(err.to_string().contains("argument 0"), "{err}");
-    assert!(matches!(a.to_host::<f32>().unwrap_err(), Error::BufferDeleted { .. }));
+    assert!(matches!(
+        a.to_host::<f32>().unwrap_err(),
+        Error::BufferDeleted { .. }
+    ));
 
     // Donate only arg1 (not aliased): arg1 stays valid.
     let c2 = c.buffer_from_host(&[1f32; 8], &[8], None).unwrap();
-    let out = exe.execute_with(&[&c2, &b], &ExecuteOptions { donation: Donation::Only(&[1]), ..Default::default() }).unwrap();
+    let out = exe
+        .execute_with(
+            &[&c2, &b],
+            &ExecuteOptions {
+                donation: Donation::Only(&[1]),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     assert_eq!(out[0].to_host::<f32>().unwrap(), vec![3f32; 8]);
     assert!(!c2.is_deleted());
 }
@@ -48,15 +69,31 @@ fn explicit_delete_then_use_is_an_error() {
     let a = c.buffer_from_host(&[1f32; 4], &[4], None).unwrap();
     a.delete().unwrap();
     assert!(a.is_deleted());
-    assert!(matches!(a.to_host_bytes().unwrap_err(), Error::BufferDeleted { .. }));
-    let exe = c.compile(&Program::mlir_text(&sine_module(4)), &CompileOptions::default()).unwrap();
-    assert!(matches!(exe.execute(&[&a]).unwrap_err(), Error::BufferDeleted { .. }));
+    assert!(matches!(
+        a.to_host_bytes().unwrap_err(),
+        Error::BufferDeleted { .. }
+    ));
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_module(4)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+    assert!(matches!(
+        exe.execute(&[&a]).unwrap_err(),
+        Error::BufferDeleted { .. }
+    ));
 }
 
 #[test]
 fn serialize_deserialize_run() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(32)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(32)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let bytes = exe.serialize().unwrap();
     assert!(!bytes.is_empty());
     drop(exe);
@@ -65,10 +102,15 @@ fn serialize_deserialize_run() {
     let y = random_f32(32, 6);
     let bx = c.buffer_from_host(&x, &[32], None).unwrap();
     let by = c.buffer_from_host(&y, &[32], None).unwrap();
-    let got = exe2.execute(&[&bx, &by]).unwrap()[0].to_host::<f32>().unwrap();
+    let got = exe2.execute(&[&bx, &by]).unwrap()[0]
+        .to_host::<f32>()
+        .unwrap();
     let want: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a.sin() * b.exp()).collect();
     assert_close(&got, &want, 1e-5);
-    assert!(matches!(c.deserialize_executable(b"garbage", None).unwrap_err(), Error::Pjrt { .. }));
+    assert!(matches!(
+        c.deserialize_executable(b"garbage", None).unwrap_err(),
+        Error::Pjrt { .. }
+    ));
 }
 
 #[test]
@@ -89,11 +131,26 @@ fn zero_copy_view_aliases_host_memory() {
     });
     // SAFETY: `ptr` is valid for n f32s until on_delete runs.
     let view = unsafe {
-        c.create_view(ptr as *mut _, pjrt_client::ElementType::F32, &[n as i64], None, Some(on_delete))
+        c.create_view(
+            ptr as *mut _,
+            pjrt_client::ElementType::F32,
+            &[n as i64],
+            None,
+            Some(on_delete),
+        )
     }
     .unwrap();
-    assert_eq!(view.unsafe_pointer().unwrap(), addr, "view must alias the host memory");
-    let exe = c.compile(&Program::mlir_text(&sine_module(n)), &CompileOptions::default()).unwrap();
+    assert_eq!(
+        view.unsafe_pointer().unwrap(),
+        addr,
+        "view must alias the host memory"
+    );
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_module(n)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let x = random_f32(n, 9);
     // SAFETY: we own the memory; no execution is in flight.
     unsafe { std::ptr::copy_nonoverlapping(x.as_ptr(), ptr, n) };
@@ -105,7 +162,10 @@ fn zero_copy_view_aliases_host_memory() {
     assert_eq!(view.to_host::<f32>().unwrap()[0], 1.5);
     assert!(!freed.load(Ordering::SeqCst));
     drop(view);
-    assert!(freed.load(Ordering::SeqCst), "on_delete must run when the view is destroyed");
+    assert!(
+        freed.load(Ordering::SeqCst),
+        "on_delete must run when the view is destroyed"
+    );
 }
 
 #[test]

@@ -42,14 +42,24 @@ fn check(module: &str, partitioner: Partitioner) {
     let w = random_f32(8 * 4, 12);
 
     // Unsharded reference on one device.
-    let plain = c.compile(&Program::mlir_text(&unsharded()), &CompileOptions::default()).unwrap();
+    let plain = c
+        .compile(
+            &Program::mlir_text(&unsharded()),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let bx = c.buffer_from_host(&x, &[16, 8], None).unwrap();
     let bw = c.buffer_from_host(&w, &[8, 4], None).unwrap();
     let want = plain.execute(&[&bx, &bw]).unwrap();
     let want_y = want[0].to_host::<f32>().unwrap();
     let want_s = want[1].to_host::<f32>().unwrap();
 
-    let exe = c.compile(&Program::mlir_text(module), &CompileOptions::spmd(4, partitioner)).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(module),
+            &CompileOptions::spmd(4, partitioner),
+        )
+        .unwrap();
     assert_eq!(exe.num_devices(), 4);
     assert_eq!(exe.num_partitions(), 4);
     let params = exe.parameter_info().expect("parameter info");
@@ -64,7 +74,9 @@ fn check(module: &str, partitioner: Partitioner) {
         ]);
     }
     let refs: Vec<Vec<&Buffer>> = args.iter().map(|v| v.iter().collect()).collect();
-    let out = exe.execute_sharded(&refs, &ExecuteOptions::default()).unwrap();
+    let out = exe
+        .execute_sharded(&refs, &ExecuteOptions::default())
+        .unwrap();
     assert_eq!(out.len(), 4);
     let mut got_y = Vec::new();
     for (d, o) in out.iter().enumerate() {
@@ -89,8 +101,22 @@ fn spmd_shardy_matches_unsharded() {
 #[test]
 fn spmd_wrong_device_count_is_an_error() {
     let c = client(4);
-    let exe = c.compile(&Program::mlir_text(&gspmd()), &CompileOptions::spmd(4, Partitioner::Gspmd)).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&gspmd()),
+            &CompileOptions::spmd(4, Partitioner::Gspmd),
+        )
+        .unwrap();
     let b = c.buffer_from_host(&[0f32; 32], &[4, 8], None).unwrap();
     let err = exe.execute(&[&b, &b]).unwrap_err();
-    assert!(matches!(err, pjrt_client::Error::DeviceCount { expected: 4, got: 1 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            pjrt_client::Error::DeviceCount {
+                expected: 4,
+                got: 1
+            }
+        ),
+        "{err}"
+    );
 }

@@ -13,7 +13,12 @@ fn resident_bytes() -> usize {
 #[test]
 fn ten_thousand_executes_flat_rss() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(16)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(16)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let x = c.buffer_from_host(&random_f32(16, 1), &[16], None).unwrap();
     let y = c.buffer_from_host(&random_f32(16, 2), &[16], None).unwrap();
     let run = |n: usize| {
@@ -29,13 +34,21 @@ fn ten_thousand_executes_flat_rss() {
     let after = resident_bytes();
     let growth = after.saturating_sub(before);
     eprintln!("RSS before {before} after {after} growth {growth}");
-    assert!(growth < 4 << 20, "RSS grew by {growth} bytes over 10k executes");
+    assert!(
+        growth < 4 << 20,
+        "RSS grew by {growth} bytes over 10k executes"
+    );
 }
 
 #[test]
 fn eight_threads_execute_concurrently() {
     let c = client(2);
-    let exe = c.compile(&Program::mlir_text(&sine_exp_module(128)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_exp_module(128)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     std::thread::scope(|s| {
         for t in 0..8u64 {
             let c = c.clone();
@@ -71,7 +84,12 @@ fn handles_are_send_and_sync() {
 #[test]
 fn children_keep_client_alive() {
     let c = client(1);
-    let exe = c.compile(&Program::mlir_text(&sine_module(4)), &CompileOptions::default()).unwrap();
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_module(4)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
     let b = c.buffer_from_host(&[0.5f32; 4], &[4], None).unwrap();
     drop(c);
     let out = exe.execute(&[&b]).unwrap();

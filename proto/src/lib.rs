@@ -52,7 +52,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(opts.encode_to_vec(), vec![0x1a, 0x04, 0x20, 0x01, 0x28, 0x02]);
+        assert_eq!(
+            opts.encode_to_vec(),
+            vec![0x1a, 0x04, 0x20, 0x01, 0x28, 0x02]
+        );
     }
 
     #[test]

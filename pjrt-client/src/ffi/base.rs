@@ -39,10 +39,16 @@ pub union PJRT_NamedValue_Value {
 }
 
 /// Callback used by plugins to build a `PJRT_Error` inside our callbacks.
-pub type PJRT_CallbackError =
-    Option<unsafe extern "C" fn(code: PJRT_Error_Code, message: *const c_char, size: usize) -> *mut PJRT_Error>;
+pub type PJRT_CallbackError = Option<
+    unsafe extern "C" fn(
+        code: PJRT_Error_Code,
+        message: *const c_char,
+        size: usize,
+    ) -> *mut PJRT_Error,
+>;
 /// `PJRT_Event_OnReadyCallback`.
-pub type PJRT_Event_OnReadyCallback = Option<unsafe extern "C" fn(error: *mut PJRT_Error, user_arg: *mut c_void)>;
+pub type PJRT_Event_OnReadyCallback =
+    Option<unsafe extern "C" fn(error: *mut PJRT_Error, user_arg: *mut c_void)>;
 
 pjrt_structs! { BASE_LAYOUTS;
     PJRT_Api_Version { major_version: c_int, minor_version: c_int }
@@ -76,7 +82,10 @@ pub fn base_manual_layouts() -> &'static [StructLayout] {
             size: size_of::<PJRT_NamedValue>(),
             fields: &[
                 ("struct_size", offset_of!(PJRT_NamedValue, struct_size)),
-                ("extension_start", offset_of!(PJRT_NamedValue, extension_start)),
+                (
+                    "extension_start",
+                    offset_of!(PJRT_NamedValue, extension_start),
+                ),
                 ("name", offset_of!(PJRT_NamedValue, name)),
                 ("name_size", offset_of!(PJRT_NamedValue, name_size)),
                 ("type", offset_of!(PJRT_NamedValue, type_)),

@@ -4,7 +4,8 @@ use super::*;
 use std::os::raw::c_void;
 
 /// `on_delete_callback` of `PJRT_Client_CreateViewOfDeviceBuffer_Args`.
-pub type PJRT_OnDeleteCallback = Option<unsafe extern "C" fn(device_buffer_ptr: *mut c_void, user_arg: *mut c_void)>;
+pub type PJRT_OnDeleteCallback =
+    Option<unsafe extern "C" fn(device_buffer_ptr: *mut c_void, user_arg: *mut c_void)>;
 
 pjrt_structs! { BUFFER_LAYOUTS;
     PJRT_Buffer_MemoryLayout_Tiled {
@@ -94,8 +95,14 @@ pub fn buffer_manual_layouts() -> &'static [StructLayout] {
         name: "PJRT_Buffer_MemoryLayout",
         size: size_of::<PJRT_Buffer_MemoryLayout>(),
         fields: &[
-            ("struct_size", offset_of!(PJRT_Buffer_MemoryLayout, struct_size)),
-            ("extension_start", offset_of!(PJRT_Buffer_MemoryLayout, extension_start)),
+            (
+                "struct_size",
+                offset_of!(PJRT_Buffer_MemoryLayout, struct_size),
+            ),
+            (
+                "extension_start",
+                offset_of!(PJRT_Buffer_MemoryLayout, extension_start),
+            ),
             ("tiled", offset_of!(PJRT_Buffer_MemoryLayout, u)),
             ("strides", offset_of!(PJRT_Buffer_MemoryLayout, u)),
             ("type", offset_of!(PJRT_Buffer_MemoryLayout, type_)),
@@ -103,4 +110,3 @@ pub fn buffer_manual_layouts() -> &'static [StructLayout] {
     }];
     L
 }
-

@@ -4,7 +4,8 @@ use super::*;
 use std::os::raw::{c_char, c_int};
 
 /// `serialized_executable_deleter` of `PJRT_Executable_Serialize_Args`.
-pub type PJRT_SerializedExecutableDeleter = Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
+pub type PJRT_SerializedExecutableDeleter =
+    Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
 
 pjrt_structs! { EXEC_LAYOUTS;
     PJRT_Executable_Destroy_Args { executable: *mut PJRT_Executable }
@@ -93,4 +94,3 @@ pjrt_structs! { EXEC_LAYOUTS;
         overridden_serialized_compile_options_size: usize,
     }
 }
-

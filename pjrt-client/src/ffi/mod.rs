@@ -10,7 +10,12 @@
 //! Enums are declared as plain `c_int` aliases plus constants so that values
 //! unknown to us (from newer plugins) never cause undefined behaviour.
 
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    missing_docs
+)]
 
 use std::os::raw::c_int;
 
@@ -89,16 +94,16 @@ macro_rules! pjrt_structs {
 }
 
 mod api;
+mod base;
 mod buffer;
 mod client;
-mod base;
 pub mod dlpack;
 mod exec;
 
 pub use self::api::*;
+pub use self::base::*;
 pub use self::buffer::*;
 pub use self::client::*;
-pub use self::base::*;
 pub use self::exec::*;
 
 /// Opaque handle types (never dereferenced on the Rust side).
@@ -132,7 +137,8 @@ pub type PjrtFn<A> = Option<unsafe extern "C" fn(args: *mut A) -> *mut PJRT_Erro
 /// A PJRT function taking an argument struct and returning nothing.
 pub type PjrtVoidFn<A> = Option<unsafe extern "C" fn(args: *mut A)>;
 /// A table slot whose function this crate never calls.
-pub type PjrtUnusedFn = Option<unsafe extern "C" fn(args: *mut std::ffi::c_void) -> *mut PJRT_Error>;
+pub type PjrtUnusedFn =
+    Option<unsafe extern "C" fn(args: *mut std::ffi::c_void) -> *mut PJRT_Error>;
 
 /// `PJRT_Error_Code` values.
 pub type PJRT_Error_Code = c_int;

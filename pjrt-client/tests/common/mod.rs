@@ -22,10 +22,14 @@ pub fn client(n: i64) -> Client {
 
 /// Deterministic pseudo-random f32s in [-3, 3).
 pub fn random_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
         })
         .collect()
@@ -35,7 +39,10 @@ pub fn random_f32(n: usize, seed: u64) -> Vec<f32> {
 pub fn assert_close(got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "length mismatch");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "index {i}: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "index {i}: got {g}, want {w}"
+        );
     }
 }
 
