@@ -3,6 +3,9 @@
 //! The hot path avoids heap allocation except for the returned output
 //! buffers: argument/output pointer tables live in `SmallVec`s and no
 //! completion events are requested (outputs carry their own readiness).
+//! Deletion is checked against our own flag before the call (donation and
+//! `Buffer::delete` set it); if the plugin rejects the call anyway,
+//! `PJRT_Buffer_IsDeleted` is consulted to name the deleted argument.
 
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
@@ -99,12 +102,6 @@ impl LoadedExecutable {
                         "argument {i} belongs to a different client"
                     )));
                 }
-                if b.plugin_is_deleted()? {
-                    b.mark_deleted();
-                    return Err(Error::BufferDeleted {
-                        context: format!("argument {i} of execute"),
-                    });
-                }
                 if let Some(t) = table {
                     let m = b.meta()?;
                     let p = &t.params[i];
@@ -189,7 +186,23 @@ impl LoadedExecutable {
         // until the call returns; argument buffers are live (checked above)
         // and kept alive by `per_device` borrows; the plugin writes owned
         // output handles into `out_ptrs`.
-        unsafe { pjrt_call!(self.client().api(), PJRT_LoadedExecutable_Execute, &mut a)? };
+        let status =
+            unsafe { pjrt_call!(self.client().api(), PJRT_LoadedExecutable_Execute, &mut a) };
+        if let Err(e) = status {
+            // Deleted/donated behind our back (e.g. via a raw handle): report
+            // it precisely using PJRT_Buffer_IsDeleted.
+            for list in per_device {
+                for (i, b) in list.iter().enumerate() {
+                    if b.plugin_is_deleted().unwrap_or(false) {
+                        b.mark_deleted();
+                        return Err(Error::BufferDeleted {
+                            context: format!("argument {i} of execute"),
+                        });
+                    }
+                }
+            }
+            return Err(e);
+        }
 
         for (i, &p) in out_ptrs.iter().enumerate() {
             if !p.is_null() {

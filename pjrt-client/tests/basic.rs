@@ -51,3 +51,19 @@ fn optimized_hlo_lists_fusions() {
         "expected a fusion containing sine and exponential: {fusions:?}"
     );
 }
+
+#[test]
+fn discovery_finds_cpu_plugin_via_entry_points() {
+    let all = pjrt_client::discovery::list_plugins();
+    assert!(
+        all.iter()
+            .any(|p| p.source == "entry_point" && p.name.contains("cpu")),
+        "expected the xla_plugins entry point of the CPU wheel: {all:?}"
+    );
+    let p = plugin();
+    let (major, minor) = p.api().version();
+    assert_eq!(major, 0);
+    assert!(minor > 0);
+    let attrs = p.attributes().unwrap();
+    assert!(attrs.iter().any(|(k, _)| k == "xla_version"), "{attrs:?}");
+}

@@ -191,3 +191,25 @@ fn dlpack_export_keeps_buffer_alive() {
         ((*t).deleter.unwrap())(t);
     }
 }
+
+#[test]
+fn deleted_behind_our_back_is_reported_via_plugin() {
+    use pjrt_client::ffi::{self, PjrtStruct};
+    let c = client(1);
+    let exe = c
+        .compile(
+            &Program::mlir_text(&sine_module(4)),
+            &CompileOptions::default(),
+        )
+        .unwrap();
+    let a = c.buffer_from_host(&[1f32; 4], &[4], None).unwrap();
+    // Delete through the raw C API so our own flag is not set.
+    let mut d = ffi::PJRT_Buffer_Delete_Args::new();
+    d.buffer = a.raw();
+    // SAFETY: valid live buffer handle; Delete keeps the handle destroyable.
+    let err = unsafe { (c.api().table().PJRT_Buffer_Delete.unwrap())(&mut d) };
+    assert!(err.is_null());
+    let err = exe.execute(&[&a]).unwrap_err();
+    assert!(matches!(err, Error::BufferDeleted { .. }), "{err}");
+    assert!(a.is_deleted());
+}
