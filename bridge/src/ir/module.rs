@@ -145,6 +145,14 @@ impl Module {
         Self::default()
     }
 
+    /// Reserve room for about `ops` more operations (and their values
+    /// and attributes).
+    pub fn reserve(&mut self, ops: usize) {
+        self.ops.reserve(ops);
+        self.values.reserve(ops + ops / 4);
+        self.attrs.reserve(ops / 2);
+    }
+
     // ----- strings -----
 
     /// Intern a string.

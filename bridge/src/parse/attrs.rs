@@ -267,7 +267,7 @@ impl<'s> Parser<'s> {
             if is_bare_ident(body) {
                 return Ok(self.m.sym(body));
             }
-            let text = std::str::from_utf8(&self.c.src[start..self.c.pos]).unwrap_or("\"\"");
+            let text = self.c.slice(start, self.c.pos);
             return Ok(self.m.sym(text));
         }
         match self.c.suffix_id() {
@@ -287,7 +287,7 @@ impl<'s> Parser<'s> {
             let open = self.c.pos;
             self.c.pos += 1;
             self.c.balanced(open)?;
-            let text = std::str::from_utf8(&self.c.src[start + 1..self.c.pos]).unwrap_or("");
+            let text = self.c.slice(start + 1, self.c.pos);
             return Ok(self.m.add_attr(Attribute::Opaque(text.into())));
         }
         if name.contains('.') && !name.starts_with("loc") {
@@ -331,7 +331,7 @@ impl<'s> Parser<'s> {
             if is_bare_ident(body) {
                 return Ok(self.m.sym(body));
             }
-            let text = std::str::from_utf8(&self.c.src[start..self.c.pos]).unwrap_or("\"\"");
+            let text = self.c.slice(start, self.c.pos);
             return Ok(self.m.sym(text));
         }
         match self.c.ident() {

@@ -21,6 +21,8 @@ pub const MAX_DEPTH: u32 = 256;
 
 /// A position in the source with scanning helpers.
 pub struct Cursor<'s> {
+    /// The source text.
+    pub text: &'s str,
     /// The source bytes.
     pub src: &'s [u8],
     /// Current byte offset.
@@ -46,12 +48,21 @@ pub(crate) fn is_suffix_char(b: u8) -> bool {
 
 impl<'s> Cursor<'s> {
     /// A cursor at the start of `src`.
-    pub fn new(src: &'s [u8]) -> Self {
+    pub fn new(text: &'s str) -> Self {
         Cursor {
-            src,
+            text,
+            src: text.as_bytes(),
             pos: 0,
             depth: 0,
         }
+    }
+
+    /// The source text between two byte offsets. Every offset the
+    /// scanners produce sits next to an ASCII delimiter, so it is a char
+    /// boundary; anything else yields "".
+    #[inline]
+    pub fn slice(&self, start: usize, end: usize) -> &'s str {
+        self.text.get(start..end).unwrap_or("")
     }
 
     /// An error at the current position.
@@ -215,8 +226,7 @@ impl<'s> Cursor<'s> {
         while p < src.len() && is_id_char(src[p]) {
             p += 1;
         }
-        // SAFETY-free: identifiers are ASCII.
-        std::str::from_utf8(&src[start..p]).ok()
+        Some(self.slice(start, p))
     }
 
     /// Consume a bare identifier.
@@ -275,7 +285,7 @@ impl<'s> Cursor<'s> {
             return None;
         }
         self.pos = p;
-        std::str::from_utf8(&src[start..p]).ok()
+        Some(self.slice(start, p))
     }
 
     /// Consume a string literal (after whitespace), returning the escaped
@@ -309,10 +319,7 @@ impl<'s> Cursor<'s> {
             }
         }
         self.pos = p + 1;
-        match std::str::from_utf8(&src[start + 1..p]) {
-            Ok(s) => Ok(s),
-            Err(_) => self.err_at(start, "string literal is not valid UTF-8"),
-        }
+        Ok(self.slice(start + 1, p))
     }
 
     /// True if a number literal starts here (after whitespace).
@@ -352,7 +359,7 @@ impl<'s> Cursor<'s> {
                 return self.err_at(start, "expected hex digits after '0x'");
             }
             self.pos = p;
-            return Ok((std::str::from_utf8(&src[start..p]).unwrap_or("0"), false));
+            return Ok((self.slice(start, p), false));
         }
         while p < src.len() && src[p].is_ascii_digit() {
             p += 1;
@@ -377,7 +384,7 @@ impl<'s> Cursor<'s> {
             }
         }
         self.pos = p;
-        Ok((std::str::from_utf8(&src[start..p]).unwrap_or("0"), is_float))
+        Ok((self.slice(start, p), is_float))
     }
 
     /// Consume a non-negative decimal integer that fits in `i64`.
@@ -448,8 +455,7 @@ impl<'s> Cursor<'s> {
                     }
                     if stack.is_empty() {
                         self.pos = p + 1;
-                        return std::str::from_utf8(&src[start..p])
-                            .or_else(|_| self.err_at(start, "invalid UTF-8 in attribute body"));
+                        return Ok(self.slice(start, p));
                     }
                 }
                 _ => {}

@@ -45,15 +45,21 @@ pub struct Parser<'s> {
     /// The module being built.
     pub m: Module,
     scopes: Scopes<'s>,
+    format_cache:
+        rustc_hash::FxHashMap<&'s str, (&'static crate::dialects::OpFormat, crate::intern::Sym)>,
 }
 
 impl<'s> Parser<'s> {
     /// A parser over `src`.
     pub fn new(src: &'s str) -> Self {
+        let mut m = Module::new();
+        // Real modules average roughly 80 bytes per op.
+        m.reserve(src.len() / 80);
         Parser {
-            c: Cursor::new(src.as_bytes()),
-            m: Module::new(),
+            c: Cursor::new(src),
+            m,
             scopes: Scopes::default(),
+            format_cache: Default::default(),
         }
     }
 }

@@ -108,7 +108,7 @@ impl<'s> Parser<'s> {
             let Some(name) = self.c.ident() else {
                 return self.c.expected("operation name");
             };
-            let Some(format) = lookup_format(name) else {
+            let Some((format, sym)) = self.lookup_format_cached(name) else {
                 return self.c.err_at(
                     name_pos,
                     format!(
@@ -116,7 +116,6 @@ impl<'s> Parser<'s> {
                     ),
                 );
             };
-            let sym = self.m.sym(format.name);
             let op = self.m.add_op(sym);
             let mut result_types = SmallVec::new();
             (format.parse)(self, op, &mut result_types)?;
@@ -417,7 +416,13 @@ impl<'s> Parser<'s> {
         self.c.enter()?;
         self.c.expect(b'{')?;
         let region = self.m.add_region(op);
-        self.scopes.push();
+        if crate::dialects::is_naming_scope(&self.m, op) {
+            // Function bodies hold most values: size the table up front.
+            self.scopes
+                .push_with_capacity((self.c.src.len() - self.c.pos) / 64);
+        } else {
+            self.scopes.push();
+        }
         let mut current: Option<BlockId> = None;
         if let Some(args) = entry_args {
             let b = self.m.add_block();
@@ -502,6 +507,23 @@ impl<'s> Parser<'s> {
             self.scopes.define(&mut self.m, a.name, one, a.pos)?;
         }
         Ok(())
+    }
+}
+
+impl<'s> Parser<'s> {
+    /// [`lookup_format`] with a per-parse cache that also holds the
+    /// interned op name.
+    fn lookup_format_cached(
+        &mut self,
+        name: &'s str,
+    ) -> Option<(&'static OpFormat, crate::intern::Sym)> {
+        if let Some(&hit) = self.format_cache.get(name) {
+            return Some(hit);
+        }
+        let f = lookup_format(name)?;
+        let sym = self.m.sym(f.name);
+        self.format_cache.insert(name, (f, sym));
+        Some((f, sym))
     }
 }
 

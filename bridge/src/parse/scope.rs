@@ -27,6 +27,14 @@ impl<'s> Scopes<'s> {
         self.stack.push(Scope::default());
     }
 
+    /// Push a scope expected to hold about `n` names (avoids rehashing for
+    /// large function bodies).
+    pub fn push_with_capacity(&mut self, n: usize) {
+        let mut s = Scope::default();
+        s.values.reserve(n);
+        self.stack.push(s);
+    }
+
     /// Pop a scope. Unresolved forward value references move to the
     /// enclosing scope (they may be defined later there); at the outermost
     /// level they are errors. Undefined block labels are errors.
@@ -74,8 +82,7 @@ impl<'s> Scopes<'s> {
         name: &'s str,
         values: SmallVec<[ValueId; 1]>,
         pos: usize,
-    ) -> PResult<SmallVec<[ValueId; 1]>> {
-        let depth = self.stack.len();
+    ) -> PResult<()> {
         let Some(scope) = self.stack.last_mut() else {
             return Err(RawError {
                 pos,
@@ -88,7 +95,6 @@ impl<'s> Scopes<'s> {
                 msg: format!("redefinition of SSA value '%{name}'"),
             });
         }
-        let _ = depth;
         let mut values = values;
         if !scope.forward.is_empty() {
             for (i, v) in values.iter_mut().enumerate() {
@@ -104,13 +110,13 @@ impl<'s> Scopes<'s> {
                     }
                     // Reuse the placeholder id so earlier uses stay valid.
                     m.values[fwd.index()] = real.clone();
-                    replace_def(m, *v, fwd);
+                    replace_def(m, fwd);
                     *v = fwd;
                 }
             }
         }
-        scope.values.insert(name, values.clone());
-        Ok(values)
+        scope.values.insert(name, values);
+        Ok(())
     }
 
     /// Resolve a use of `%name#num` with expected type `ty`.
@@ -209,9 +215,9 @@ impl<'s> Scopes<'s> {
     }
 }
 
-/// Point the definition of `new` at the op result / block arg that `old`
-/// occupied.
-fn replace_def(m: &mut Module, old: ValueId, new: ValueId) {
+/// Make the op result / block arg slot that `new`'s definition names
+/// point at `new` (used when a forward-reference placeholder takes over).
+fn replace_def(m: &mut Module, new: ValueId) {
     match m.values[new.index()].def {
         ValueDef::OpResult { op, index } => {
             m.ops[op.index()].results[index as usize] = new;
@@ -221,5 +227,4 @@ fn replace_def(m: &mut Module, old: ValueId, new: ValueId) {
         }
         ValueDef::Pending => {}
     }
-    let _ = old;
 }

@@ -98,8 +98,7 @@ impl<'s> Parser<'s> {
             self.c.pos += 1;
             self.c.balanced(open)?;
         }
-        let text = &self.c.src[start..self.c.pos];
-        let text = std::str::from_utf8(text).unwrap_or("!invalid");
+        let text = self.c.slice(start, self.c.pos);
         Ok(self.m.intern_type(Type::Opaque(text.into())))
     }
 
@@ -135,7 +134,7 @@ impl<'s> Parser<'s> {
                 let open = self.c.pos;
                 self.c.pos += 1;
                 self.c.balanced(open)?;
-                let text = std::str::from_utf8(&self.c.src[start..self.c.pos]).unwrap_or("");
+                let text = self.c.slice(start, self.c.pos);
                 Type::Opaque(text.into())
             }
             _ => match scalar_type(id) {
@@ -210,7 +209,7 @@ impl<'s> Parser<'s> {
             self.c.ws();
             let estart = self.c.pos;
             self.parse_attribute()?;
-            let text = std::str::from_utf8(&src[estart..self.c.pos]).unwrap_or("");
+            let text = self.c.slice(estart, self.c.pos);
             Some(text.trim_end().into())
         } else {
             None

@@ -142,6 +142,7 @@ pub fn push_int(out: &mut String, v: i64) {
     if neg {
         out.push('-');
     }
-    // The buffer holds ASCII digits only.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+    for &d in &buf[i..] {
+        out.push(d as char);
+    }
 }
