@@ -111,14 +111,29 @@ impl Printer<'_> {
         }
     }
 
-    /// Write `{a = 1, b}`.
+    /// Write `{a = 1, b}`, sorted by name as MLIR keeps dictionaries.
     pub fn dict(&mut self, entries: &[NamedAttr]) {
         self.out.push('{');
-        for (i, e) in entries.iter().enumerate() {
-            if i > 0 {
-                self.w(", ");
+        let m = self.m;
+        let sorted = entries
+            .windows(2)
+            .all(|w| m.str(w[0].name) <= m.str(w[1].name));
+        if sorted {
+            for (i, e) in entries.iter().enumerate() {
+                if i > 0 {
+                    self.w(", ");
+                }
+                self.named_attr(e);
             }
-            self.named_attr(e);
+        } else {
+            let mut order: Vec<&NamedAttr> = entries.iter().collect();
+            order.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
+            for (i, e) in order.into_iter().enumerate() {
+                if i > 0 {
+                    self.w(", ");
+                }
+                self.named_attr(e);
+            }
         }
         self.out.push('}');
     }
@@ -143,23 +158,26 @@ impl Printer<'_> {
     }
 
     fn attr_dict_impl(&mut self, op: OpId, elided: &[&str], keyword: bool) {
-        let o = self.m.op(op);
-        let mut first = true;
-        for e in o.props.iter().chain(o.attrs.iter()) {
-            if elided.contains(&self.m.str(e.name)) {
-                continue;
-            }
-            if first {
-                self.w(if keyword { " attributes {" } else { " {" });
-                first = false;
-            } else {
+        let m = self.m;
+        let o = m.op(op);
+        let mut shown: Vec<&NamedAttr> = o
+            .props
+            .iter()
+            .chain(o.attrs.iter())
+            .filter(|e| !elided.contains(&m.str(e.name)))
+            .collect();
+        if shown.is_empty() {
+            return;
+        }
+        shown.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
+        self.w(if keyword { " attributes {" } else { " {" });
+        for (i, e) in shown.into_iter().enumerate() {
+            if i > 0 {
                 self.w(", ");
             }
             self.named_attr(e);
         }
-        if !first {
-            self.out.push('}');
-        }
+        self.out.push('}');
     }
 
     /// Write ` loc(...)` for `loc` when debug info is on.
