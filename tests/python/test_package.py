@@ -1,0 +1,42 @@
+"""The installed `hlobridge` Python package: import, formatting and the error hierarchy."""
+
+from __future__ import annotations
+
+import pytest
+
+import hlobridge
+
+SMALL = """module @m {
+  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.sine %arg0 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+"""
+
+
+def test_format_round_trip_is_a_fixpoint():
+    pretty = hlobridge.format_module(SMALL)
+    assert "stablehlo.sine %arg0 : tensor<4xf32>" in pretty
+    assert hlobridge.format_module(pretty) == pretty
+    generic = hlobridge.format_module(SMALL, generic=True)
+    assert '"stablehlo.sine"(%arg0)' in generic
+    assert hlobridge.format_module(generic, generic=True) == generic
+    # generic text parses back to the same pretty form
+    assert hlobridge.format_module(generic) == pretty
+
+
+def test_parse_error_is_a_bridge_error_with_location():
+    bad = SMALL.replace("%0 = stablehlo.sine %arg0", "%0 = stablehlo.sine %nope")
+    with pytest.raises(hlobridge.ParseError) as info:
+        hlobridge.format_module(bad, file="model.mlir")
+    assert isinstance(info.value, hlobridge.BridgeError)
+    msg = str(info.value)
+    assert msg.startswith("model.mlir:3:25: error: use of undefined value '%nope'")
+    assert msg.splitlines()[-1].strip() == "^"
+
+
+def test_strip_locations():
+    text = SMALL.replace(": tensor<4xf32>\n    return", ': tensor<4xf32> loc("x.py":1:2)\n    return')
+    assert 'loc("x.py":1:2)' in hlobridge.format_module(text)
+    assert "loc(" not in hlobridge.format_module(text, debug_info=False)
