@@ -109,11 +109,16 @@ fn fits(m: &Module, op: OpId, n: Option<usize>, props: &[&str]) -> bool {
         && has_only(m, op, props)
 }
 
-/// `kw = [1, 2]` into the inherent `array<i64>` attribute `name`.
-fn parse_kw_dims(p: &mut Parser<'_>, op: OpId, kw: &str, name: &str) -> PResult<()> {
+/// `kw = [1, 2]`.
+fn parse_kw_list(p: &mut Parser<'_>, kw: &str) -> PResult<Vec<i64>> {
     p.c.expect_kw(kw)?;
     p.c.expect(b'=')?;
-    let v = parse_int_list(p)?;
+    parse_int_list(p)
+}
+
+/// `kw = [1, 2]` into the inherent `array<i64>` attribute `name`.
+fn parse_kw_dims(p: &mut Parser<'_>, op: OpId, kw: &str, name: &str) -> PResult<()> {
+    let v = parse_kw_list(p, kw)?;
     let a = i64_array(&mut p.m, v);
     p.set_prop(op, name, a);
     Ok(())
@@ -123,10 +128,21 @@ fn parse_kw_dims(p: &mut Parser<'_>, op: OpId, kw: &str, name: &str) -> PResult<
 fn parse_kw_int(p: &mut Parser<'_>, op: OpId, kw: &str, name: &str, width: u32) -> PResult<()> {
     p.c.expect_kw(kw)?;
     p.c.expect(b'=')?;
-    let v = p.c.int()?;
+    let v = parse_int_of_width(p, width)?;
     let a = int_attr(&mut p.m, v, width);
     p.set_prop(op, name, a);
     Ok(())
+}
+
+/// An integer literal that fits in `i{width}` (32 or 64).
+fn parse_int_of_width(p: &mut Parser<'_>, width: u32) -> PResult<i64> {
+    p.c.ws();
+    let pos = p.c.pos;
+    let v = p.c.int()?;
+    if width == 32 && i32::try_from(v).is_err() {
+        return p.c.err_at(pos, format!("integer {v} does not fit in i32"));
+    }
+    Ok(v)
 }
 
 /// Operands each followed by a comma (`%a, %b,`), stopping before the
@@ -411,7 +427,13 @@ fn parse_slice(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResu
             p.c.expect(b',')?;
         }
     }
-    for (name, v) in SLICE_PROPS.iter().zip([start, limit, strides]) {
+    // Set in MLIR's (alphabetical) property order, so the generic form
+    // prints like MLIR's.
+    for (name, v) in [
+        ("limit_indices", limit),
+        ("start_indices", start),
+        ("strides", strides),
+    ] {
         let a = i64_array(&mut p.m, v);
         p.set_prop(op, name, a);
     }
@@ -588,15 +610,25 @@ fn print_set_dimension_size(pr: &mut Printer<'_>, op: OpId) -> bool {
 // ----- pad -----
 
 const PAD_PROPS: &[&str] = &["edge_padding_low", "edge_padding_high", "interior_padding"];
-const PAD_KWS: &[&str] = &["low", "high", "interior"];
 
 fn parse_pad(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResult<()> {
     let a = p.parse_operand()?;
     p.c.expect(b',')?;
     let v = p.parse_operand()?;
-    for (kw, name) in PAD_KWS.iter().zip(PAD_PROPS) {
-        p.c.expect(b',')?;
-        parse_kw_dims(p, op, kw, name)?;
+    p.c.expect(b',')?;
+    let low = parse_kw_list(p, "low")?;
+    p.c.expect(b',')?;
+    let high = parse_kw_list(p, "high")?;
+    p.c.expect(b',')?;
+    let interior = parse_kw_list(p, "interior")?;
+    // MLIR's (alphabetical) property order, so the generic form matches.
+    for (name, v) in [
+        ("edge_padding_high", high),
+        ("edge_padding_low", low),
+        ("interior_padding", interior),
+    ] {
+        let a = i64_array(&mut p.m, v);
+        p.set_prop(op, name, a);
     }
     p.parse_optional_attr_dict(op, &[])?;
     parse_functional_type(p, op, &[a, v], results)
@@ -628,7 +660,7 @@ fn print_pad(pr: &mut Printer<'_>, op: OpId) -> bool {
 fn parse_get_tuple_element(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResult<()> {
     let r = p.parse_operand()?;
     p.c.expect(b'[')?;
-    let idx = p.c.int()?;
+    let idx = parse_int_of_width(p, 32)?;
     p.c.expect(b']')?;
     let a = int_attr(&mut p.m, idx, 32);
     p.set_prop(op, "index", a);
