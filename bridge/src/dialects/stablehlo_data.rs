@@ -196,20 +196,20 @@ fn print_plain_n(pr: &mut Printer<'_>, op: OpId, n: usize) -> bool {
     finish_functional(pr, op, &[])
 }
 
-fn print_plain_1(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_plain_n(pr, op, 1)
+/// Printers for fixed operand counts.
+macro_rules! plain_printers {
+    ($($name:ident => $n:literal;)*) => {
+        $(fn $name(pr: &mut Printer<'_>, op: OpId) -> bool {
+            print_plain_n(pr, op, $n)
+        })*
+    };
 }
 
-fn print_plain_2(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_plain_n(pr, op, 2)
-}
-
-fn print_plain_4(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_plain_n(pr, op, 4)
-}
-
-fn print_plain_5(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_plain_n(pr, op, 5)
+plain_printers! {
+    print_plain_1 => 1;
+    print_plain_2 => 2;
+    print_plain_4 => 4;
+    print_plain_5 => 5;
 }
 
 fn print_plain_dus(pr: &mut Printer<'_>, op: OpId) -> bool {
@@ -267,28 +267,23 @@ fn print_operand_kw_dims(pr: &mut Printer<'_>, op: OpId, n: usize, kw: &str, nam
     finish_functional(pr, op, &[name])
 }
 
-fn parse_broadcast(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operand_kw_dims(p, op, r, "sizes", "broadcast_sizes")
+/// Parse and print functions for one `%x, KW = [..]` op.
+macro_rules! kw_dims_format {
+    ($($parse:ident, $print:ident => $kw:literal, $name:literal;)*) => {
+        $(fn $parse(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
+            parse_operand_kw_dims(p, op, r, $kw, $name)
+        }
+
+        fn $print(pr: &mut Printer<'_>, op: OpId) -> bool {
+            print_operand_kw_dims(pr, op, 1, $kw, $name)
+        })*
+    };
 }
 
-fn print_broadcast(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operand_kw_dims(pr, op, 1, "sizes", "broadcast_sizes")
-}
-
-fn parse_broadcast_in_dim(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operand_kw_dims(p, op, r, "dims", "broadcast_dimensions")
-}
-
-fn print_broadcast_in_dim(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operand_kw_dims(pr, op, 1, "dims", "broadcast_dimensions")
-}
-
-fn parse_transpose(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operand_kw_dims(p, op, r, "dims", "permutation")
-}
-
-fn print_transpose(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operand_kw_dims(pr, op, 1, "dims", "permutation")
+kw_dims_format! {
+    parse_broadcast, print_broadcast => "sizes", "broadcast_sizes";
+    parse_broadcast_in_dim, print_broadcast_in_dim => "dims", "broadcast_dimensions";
+    parse_transpose, print_transpose => "dims", "permutation";
 }
 
 const DYN_BCAST_PROPS: &[&str] = &[
@@ -583,28 +578,23 @@ fn print_operands_dim(pr: &mut Printer<'_>, op: OpId, n: usize, name: &str) -> b
     finish_functional(pr, op, &[name])
 }
 
-fn parse_dynamic_iota(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operands_dim(p, op, r, 1, "iota_dimension")
+/// Parse and print functions for one `%a, (%b,)? dim = N` op.
+macro_rules! dim_format {
+    ($($parse:ident, $print:ident => $n:literal, $name:literal;)*) => {
+        $(fn $parse(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
+            parse_operands_dim(p, op, r, $n, $name)
+        }
+
+        fn $print(pr: &mut Printer<'_>, op: OpId) -> bool {
+            print_operands_dim(pr, op, $n, $name)
+        })*
+    };
 }
 
-fn print_dynamic_iota(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operands_dim(pr, op, 1, "iota_dimension")
-}
-
-fn parse_get_dimension_size(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operands_dim(p, op, r, 1, "dimension")
-}
-
-fn print_get_dimension_size(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operands_dim(pr, op, 1, "dimension")
-}
-
-fn parse_set_dimension_size(p: &mut Parser<'_>, op: OpId, r: &mut ResultTypes) -> PResult<()> {
-    parse_operands_dim(p, op, r, 2, "dimension")
-}
-
-fn print_set_dimension_size(pr: &mut Printer<'_>, op: OpId) -> bool {
-    print_operands_dim(pr, op, 2, "dimension")
+dim_format! {
+    parse_dynamic_iota, print_dynamic_iota => 1, "iota_dimension";
+    parse_get_dimension_size, print_get_dimension_size => 1, "dimension";
+    parse_set_dimension_size, print_set_dimension_size => 2, "dimension";
 }
 
 // ----- pad -----
