@@ -49,7 +49,6 @@ pub(crate) const SAME_TYPE: &[OpFormat] = same_type_ops![
     "stablehlo.add",
     "stablehlo.and",
     "stablehlo.atan2",
-    "stablehlo.complex",
     "stablehlo.divide",
     "stablehlo.maximum",
     "stablehlo.minimum",
@@ -77,6 +76,11 @@ pub(crate) const OTHERS: &[OpFormat] = &[
         name: "stablehlo.compare",
         parse: parse_compare,
         print: print_compare,
+    },
+    OpFormat {
+        name: "stablehlo.complex",
+        parse: parse_complex,
+        print: print_complex,
     },
     OpFormat {
         name: "stablehlo.constant",
@@ -154,6 +158,96 @@ fn print_select(pr: &mut Printer<'_>, op: OpId) -> bool {
         pr.functional_type(op);
     }
     true
+}
+
+/// `stablehlo.complex %re, %im : tensor<..xcomplex<T>>` where the operands
+/// are `tensor<..xT>`; otherwise a functional type.
+fn parse_complex(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResult<()> {
+    let refs = p.parse_operand_list()?;
+    p.parse_optional_attr_dict(op, &[])?;
+    p.c.expect(b':')?;
+    p.c.ws();
+    if p.c.cur() == Some(b'(') {
+        let (inputs, outs) = p.parse_function_type_parts()?;
+        let vals = p.resolve_operands(&refs, &inputs)?;
+        p.push_operands(op, &vals);
+        results.extend(outs);
+        return Ok(());
+    }
+    let start = p.c.pos;
+    let result = p.parse_type()?;
+    let Some(part) = complex_part_type(&mut p.m, result) else {
+        return p.c.err_at(
+            start,
+            "stablehlo.complex expects a tensor of complex element type",
+        );
+    };
+    let vals = p.resolve_operands(&refs, &[part, part])?;
+    p.push_operands(op, &vals);
+    results.push(result);
+    Ok(())
+}
+
+/// `tensor<..xT>` for `tensor<..xcomplex<T>>`.
+fn complex_part_type(m: &mut crate::ir::Module, t: TypeId) -> Option<TypeId> {
+    let crate::ir::Type::Tensor {
+        dims,
+        elem,
+        encoding,
+    } = m.ty(t).clone()
+    else {
+        return None;
+    };
+    let crate::ir::Type::Complex(part) = *m.ty(elem) else {
+        return None;
+    };
+    Some(m.intern_type(crate::ir::Type::Tensor {
+        dims,
+        elem: part,
+        encoding,
+    }))
+}
+
+fn print_complex(pr: &mut Printer<'_>, op: OpId) -> bool {
+    let m = pr.m;
+    let o = m.op(op);
+    if o.operands.len() != 2 || o.results.len() != 1 {
+        return false;
+    }
+    pr.w(" ");
+    pr.operands(&o.operands);
+    pr.attr_dict(op, &[]);
+    let (a, b) = (m.value_type(o.operands[0]), m.value_type(o.operands[1]));
+    let r = m.value_type(o.results[0]);
+    // Interning lookups need `&mut`, so compare structurally instead.
+    let short = a == b && is_complex_of(m, r, a);
+    pr.w(" : ");
+    if short {
+        pr.ty(r);
+    } else {
+        pr.functional_type(op);
+    }
+    true
+}
+
+/// True if `r` is `tensor<Sxcomplex<E>>` and `part` is `tensor<SxE>` (same encoding).
+fn is_complex_of(m: &crate::ir::Module, r: TypeId, part: TypeId) -> bool {
+    use crate::ir::Type;
+    match (m.ty(r), m.ty(part)) {
+        (
+            Type::Tensor {
+                dims: d1,
+                elem: e1,
+                encoding: n1,
+            },
+            Type::Tensor {
+                dims: d2,
+                elem: e2,
+                encoding: n2,
+            },
+        ) => d1 == d2 && n1 == n2 && matches!(m.ty(*e1), Type::Complex(x) if x == e2),
+        _ => false,
+    }
 }
 
 fn parse_compare(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResult<()> {
