@@ -55,7 +55,7 @@ IMPLICIT_SOURCE = "hlobridge.implicit-buffer"
 IMPLICIT_MARKER = '"hlobridge.implicit"'
 
 # Bump when the canonicalisation recipe changes (invalidates .cache/canon).
-CANON_VERSION = "4"
+CANON_VERSION = "5"
 
 _ctx = None
 _ctx_uses = 0
@@ -91,14 +91,25 @@ def _account(n: int) -> None:
 _ONE_TOP_LEVEL = "source must contain a single top-level operation"
 
 
-def parse(text, *, source_name: str = IMPLICIT_SOURCE):
+def _fresh_context():
+    _context()  # imports
+    from jax._src.interpreters import mlir as jax_mlir  # noqa: WPS433
+
+    return jax_mlir.make_ir_context()
+
+
+def parse(text, *, source_name: str = IMPLICIT_SOURCE, fresh_context: bool = False):
     """Parse (and verify) ``text`` (str, or bytes = bytecode) -> builtin.module op.
 
     Mirrors ``mlir-opt``'s behaviour: a single top-level ``builtin.module`` is
     the module; anything else (several top-level ops, a bare ``func.func``) is
     wrapped in an implicit module.  Raises ``ir.MLIRError`` on failure.
+
+    ``fresh_context``: parse in a new context.  Needed for modules with
+    ``dense_resource`` blobs: resource keys are uniqued per context, so a
+    second parse of ``blob`` in the same context yields ``blob_1``.
     """
-    ctx = _context()
+    ctx = _fresh_context() if fresh_context else _context()
     ir = _ir
     _account(len(text))
     with ctx:
@@ -161,6 +172,12 @@ def print_op(op, *, generic: bool, debug_info: bool, local_scope: bool = False) 
     )
 
 
+def has_resources(text) -> bool:
+    if isinstance(text, (bytes, bytearray)):
+        return True  # bytecode may carry resources; be safe
+    return "{-#" in text
+
+
 def canonical_generic(text, debug_info: bool = True) -> str:
     """MLIR's canonical generic form of ``text`` (see module docstring).
 
@@ -170,16 +187,19 @@ def canonical_generic(text, debug_info: bool = True) -> str:
     locations are normalised to ``loc("hlobridge.implicit")`` after each
     print so they compare equal whatever the layout of the input.
     """
-    op = parse(text)
+    # Resource blobs ({-# dialect_resources ... #-}): fresh contexts so keys
+    # are not renamed, and no local scope (it drops the resource section).
+    resources = has_resources(text)
+    op = parse(text, fresh_context=resources)
     pretty = print_op(op, generic=False, debug_info=debug_info)
     del op
     if debug_info:
         pretty = normalize_implicit_locs(pretty)
-    op2 = parse(pretty)
+    op2 = parse(pretty, fresh_context=resources)
     # Local scope: no #alias definitions, every location/attribute is printed
     # inline, so a diff shows the actual difference instead of renumbered
     # #locN aliases.
-    out = print_op(op2, generic=True, debug_info=debug_info, local_scope=True)
+    out = print_op(op2, generic=True, debug_info=debug_info, local_scope=not resources)
     if debug_info:
         out = normalize_implicit_locs(out)
     return out
