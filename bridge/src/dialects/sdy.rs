@@ -147,7 +147,7 @@ fn parse_stripped(p: &mut Parser<'_>, op: OpId, name: &str, kind: Kind) -> PResu
     }
     p.c.pos += 1;
     p.c.balanced(start)?;
-    let group = String::from_utf8_lossy(&p.c.src[start..p.c.pos]);
+    let group = p.c.slice(start, p.c.pos);
     let text = format!("{}{}{}", kind.prefix, group, kind.suffix);
     p.set_prop(op, name, Attribute::Opaque(text.into()));
     Ok(())
@@ -165,7 +165,7 @@ fn stripped<'m>(pr: &Printer<'m>, a: AttrId, kind: Kind) -> Option<&'m str> {
     if group.as_bytes().first() != Some(&kind.open) {
         return None;
     }
-    let mut c = Cursor::new(group.as_bytes());
+    let mut c = Cursor::new(group);
     c.pos = 1;
     match c.balanced(0) {
         Ok(_) if c.pos == group.len() => Some(group),
