@@ -173,7 +173,6 @@ fn parse_broadcast(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> P
     let refs = p.parse_operand_list()?;
     p.parse_optional_attr_dict(op, inherent)?;
     parse_functional_type(p, op, &refs, results)?;
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
@@ -312,7 +311,6 @@ fn parse_scan(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResul
     );
     p.set_prop(op, "resultSegmentSizes", result_seg);
     results.extend(outs);
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
@@ -385,14 +383,6 @@ pub(super) fn has_only_props(m: &Module, op: OpId, allowed: &[&str]) -> bool {
         .props
         .iter()
         .all(|a| allowed.contains(&m.str(a.name)))
-}
-
-/// Sort the inherent attributes of `op` by name, the order in which MLIR
-/// prints them (`<{...}>` is a sorted dictionary).
-pub(super) fn sort_props(m: &mut Module, op: OpId) {
-    let mut props = std::mem::take(&mut m.op_mut(op).props);
-    props.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
-    m.op_mut(op).props = props;
 }
 
 /// The value of an integer attribute whose type is `iN` (signless, width

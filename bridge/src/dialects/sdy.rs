@@ -23,7 +23,6 @@
 use super::builtin::print_symbol_text;
 use super::chlo::{
     get_typed_int, has_only_props, is_plain, parse_elements_constant, print_elements_constant,
-    sort_props,
 };
 use super::common::int_attr;
 use super::{OpFormat, ParseFn, PrintFn, ResultTypes};
@@ -206,7 +205,6 @@ fn finish_same_type<'s>(
     if has_result {
         results.push(t);
     }
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
@@ -279,7 +277,6 @@ fn parse_mesh(p: &mut Parser<'_>, op: OpId, _results: &mut ResultTypes) -> PResu
     p.c.expect(b'=')?;
     parse_stripped(p, op, "mesh", MESH)?;
     p.parse_optional_attr_dict(op, &["sym_name", "mesh"])?;
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
@@ -377,7 +374,6 @@ fn parse_manual_computation(
     parse_region_with_args(p, op)?;
     p.parse_optional_attr_dict(op, MANUAL_INHERENT)?;
     super::common::parse_functional_type(p, op, &refs, results)?;
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
@@ -439,7 +435,6 @@ fn parse_named_computation(
     parse_region_with_args(p, op)?;
     p.parse_optional_attr_dict(op, NAMED_INHERENT)?;
     super::common::parse_functional_type(p, op, &refs, results)?;
-    sort_props(&mut p.m, op);
     Ok(())
 }
 
