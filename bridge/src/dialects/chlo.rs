@@ -63,13 +63,21 @@ pub(crate) const FORMATS: &[OpFormat] = &[
     f("chlo.broadcast_maximum", parse_broadcast, print_broadcast),
     f("chlo.broadcast_minimum", parse_broadcast, print_broadcast),
     f("chlo.broadcast_multiply", parse_broadcast, print_broadcast),
-    f("chlo.broadcast_next_after", parse_broadcast, print_broadcast),
+    f(
+        "chlo.broadcast_next_after",
+        parse_broadcast,
+        print_broadcast,
+    ),
     f("chlo.broadcast_or", parse_broadcast, print_broadcast),
     f("chlo.broadcast_polygamma", parse_broadcast, print_broadcast),
     f("chlo.broadcast_power", parse_broadcast, print_broadcast),
     f("chlo.broadcast_remainder", parse_broadcast, print_broadcast),
     f("chlo.broadcast_select", parse_broadcast, print_broadcast),
-    f("chlo.broadcast_shift_left", parse_broadcast, print_broadcast),
+    f(
+        "chlo.broadcast_shift_left",
+        parse_broadcast,
+        print_broadcast,
+    ),
     f(
         "chlo.broadcast_shift_right_arithmetic",
         parse_broadcast,
@@ -85,7 +93,11 @@ pub(crate) const FORMATS: &[OpFormat] = &[
     f("chlo.broadcast_zeta", parse_broadcast, print_broadcast),
     // others
     f("chlo.top_k", parse_top_k, print_top_k),
-    f("chlo.constant", parse_elements_constant, print_elements_constant),
+    f(
+        "chlo.constant",
+        parse_elements_constant,
+        print_elements_constant,
+    ),
     f("chlo.scan", parse_scan, print_scan),
 ];
 
@@ -179,7 +191,11 @@ fn parse_broadcast(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> P
 fn print_broadcast(pr: &mut Printer<'_>, op: OpId) -> bool {
     let m = pr.m;
     let name = m.op_name(op);
-    let arity = if name == "chlo.broadcast_select" { 3 } else { 2 };
+    let arity = if name == "chlo.broadcast_select" {
+        3
+    } else {
+        2
+    };
     if !is_plain(m, op, arity, 1, broadcast_inherent(name)) {
         return false;
     }
@@ -317,11 +333,13 @@ fn parse_scan(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResul
 fn print_scan(pr: &mut Printer<'_>, op: OpId) -> bool {
     let m = pr.m;
     let o = m.op(op);
-    if o.regions.len() != 1 || !o.successors.is_empty() || !has_only_props(m, op, SCAN_INHERENT)
-    {
+    if o.regions.len() != 1 || !o.successors.is_empty() || !has_only_props(m, op, SCAN_INHERENT) {
         return false;
     }
-    let Some(dim) = m.op_attr(op, "dimension").and_then(|a| get_typed_int(m, a, 64)) else {
+    let Some(dim) = m
+        .op_attr(op, "dimension")
+        .and_then(|a| get_typed_int(m, a, 64))
+    else {
         return false;
     };
     let (Some(os), Some(rs)) = (

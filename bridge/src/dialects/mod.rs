@@ -86,8 +86,5 @@ pub fn registered_ops() -> Vec<&'static str> {
 /// True if `op` starts a new SSA naming scope when printed (ops that are
 /// isolated from above, such as functions and modules).
 pub fn is_naming_scope(m: &Module, op: OpId) -> bool {
-    matches!(
-        m.op_name(op),
-        "builtin.module" | "func.func" | "sdy.manual_computation"
-    )
+    matches!(m.op_name(op), "builtin.module" | "func.func")
 }

@@ -51,9 +51,21 @@ pub(crate) const FORMATS: &[OpFormat] = &[
         parse_named_computation,
         print_named_computation,
     ),
-    f("sdy.sharding_group", parse_sharding_group, print_sharding_group),
-    f("sdy.constant", parse_elements_constant, print_elements_constant),
-    f("sdy.data_flow_edge", parse_data_flow_edge, print_data_flow_edge),
+    f(
+        "sdy.sharding_group",
+        parse_sharding_group,
+        print_sharding_group,
+    ),
+    f(
+        "sdy.constant",
+        parse_elements_constant,
+        print_elements_constant,
+    ),
+    f(
+        "sdy.data_flow_edge",
+        parse_data_flow_edge,
+        print_data_flow_edge,
+    ),
     f(
         "sdy.func_data_flow_edge",
         parse_func_data_flow_edge,
@@ -70,8 +82,16 @@ pub(crate) const FORMATS: &[OpFormat] = &[
     f("sdy.all_reduce", parse_collective, print_collective),
     f("sdy.reduce_scatter", parse_collective, print_collective),
     f("sdy.collective_permute", parse_collective, print_collective),
-    f("sdy.sharded_to_unreduced", parse_collective, print_collective),
-    f("sdy.replicated_to_unreduced", parse_collective, print_collective),
+    f(
+        "sdy.sharded_to_unreduced",
+        parse_collective,
+        print_collective,
+    ),
+    f(
+        "sdy.replicated_to_unreduced",
+        parse_collective,
+        print_collective,
+    ),
 ];
 
 // ----- stripped dialect attributes -----
@@ -158,9 +178,7 @@ fn stripped<'m>(pr: &Printer<'m>, a: AttrId, kind: Kind) -> Option<&'m str> {
     let Attribute::Opaque(text) = pr.m.attr(a) else {
         return None;
     };
-    let group = text
-        .strip_prefix(kind.prefix)?
-        .strip_suffix(kind.suffix)?;
+    let group = text.strip_prefix(kind.prefix)?.strip_suffix(kind.suffix)?;
     if group.as_bytes().first() != Some(&kind.open) {
         return None;
     }
@@ -214,10 +232,7 @@ fn same_type(pr: &Printer<'_>, op: OpId) -> Option<TypeId> {
     let m = pr.m;
     let o = m.op(op);
     let t = m.value_type(*o.operands.first()?);
-    o.results
-        .iter()
-        .all(|&r| m.value_type(r) == t)
-        .then_some(t)
+    o.results.iter().all(|&r| m.value_type(r) == t).then_some(t)
 }
 
 /// Parse `(%arg: T loc(..)?, ...)` (possibly empty) and then the region.
@@ -408,11 +423,7 @@ fn print_manual_computation(pr: &mut Printer<'_>, op: OpId) -> bool {
 
 const NAMED_INHERENT: &[&str] = &["name", "in_shardings", "out_shardings"];
 
-fn parse_named_computation(
-    p: &mut Parser<'_>,
-    op: OpId,
-    results: &mut ResultTypes,
-) -> PResult<()> {
+fn parse_named_computation(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResult<()> {
     p.c.expect(b'<')?;
     let name = p.c.string()?;
     p.set_prop(
@@ -446,8 +457,7 @@ fn print_named_computation(pr: &mut Printer<'_>, op: OpId) -> bool {
     if !has_only_props(m, op, NAMED_INHERENT) {
         return false;
     }
-    let Some(Attribute::String { escaped, ty: None }) =
-        m.op_attr(op, "name").map(|a| m.attr(a))
+    let Some(Attribute::String { escaped, ty: None }) = m.op_attr(op, "name").map(|a| m.attr(a))
     else {
         return false;
     };
