@@ -32,6 +32,7 @@ def pytest_configure(config):
         "ignore:resource_tracker:UserWarning",
     ):
         config.addinivalue_line("filterwarnings", line)
+    harness.mlir_canon.prune_canon_cache()
 
 
 @pytest.fixture(scope="session")

@@ -245,6 +245,20 @@ def cached_canonical(text, debug_info: bool = True) -> str:
     return out
 
 
+def prune_canon_cache() -> int:
+    """Delete cached canonical forms made by another recipe / jaxlib version."""
+    d = CACHE_DIR / "canon"
+    if not d.is_dir():
+        return 0
+    tag = f"-v{CANON_VERSION}-jl{jaxlib_version()}-"
+    n = 0
+    for p in d.glob("*/*.mlir.gz"):
+        if tag not in p.name:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 # ----------------------------------------------------------------- corpus ---
 
 TEXT_EXTS = (".mlir",)
