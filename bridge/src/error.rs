@@ -23,6 +23,37 @@ pub enum Error {
     /// The IR is structurally invalid for the requested operation.
     #[error("invalid IR: {0}")]
     Invalid(String),
+    /// A stitch plan is malformed (bad file, duplicate or unknown names,
+    /// wrong port counts).
+    #[error("stitch plan: {0}")]
+    Plan(String),
+    /// A seam joins ports of different types.
+    #[error(
+        "seam type mismatch at handle '{handle}': {producer} {producer_port} has type {producer_type}, \
+but {consumer} {consumer_port} expects {consumer_type}"
+    )]
+    SeamMismatch {
+        /// The handle.
+        handle: String,
+        /// Producing segment (or `program input`).
+        producer: String,
+        /// Producing port.
+        producer_port: String,
+        /// Its type.
+        producer_type: String,
+        /// Consuming segment.
+        consumer: String,
+        /// Consuming port.
+        consumer_port: String,
+        /// The type it expects.
+        consumer_type: String,
+    },
+    /// Handles form a cycle.
+    #[error("stitch plan has a cycle: {0}")]
+    Cycle(String),
+    /// Two segments disagree on a module-level setting or a mesh.
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 /// A parse failure with its location in the source text.

@@ -12,8 +12,9 @@ pub mod intern;
 pub mod ir;
 pub mod parse;
 pub mod print;
+pub mod stitch;
 
 pub use error::{Error, ParseError, Result};
 pub use ir::Module;
-pub use parse::{parse_module, parse_module_named};
+pub use parse::{parse_module, parse_module_named, parse_type_into};
 pub use print::{print_module, PrintOptions};

@@ -6,12 +6,14 @@
 //! types always have the same [`TypeId`].
 
 mod attrs;
+mod clone;
 mod ids;
 mod location;
 mod module;
 mod types;
 
 pub use attrs::{Attribute, DenseArrayData, NamedAttr};
+pub use clone::Cloner;
 pub use ids::{AttrId, BlockId, LocId, OpId, RegionId, TypeId, ValueId};
 pub use location::Location;
 pub use module::{AliasValue, BlockData, Module, OpData, RegionData, TopItem, ValueData, ValueDef};

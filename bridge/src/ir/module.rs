@@ -263,6 +263,12 @@ impl Module {
         id
     }
 
+    /// Add an op named `name` (interned) with nothing attached yet.
+    pub fn add_op_named(&mut self, name: &str) -> OpId {
+        let sym = self.sym(name);
+        self.add_op(sym)
+    }
+
     /// The op of an id.
     pub fn op(&self, id: OpId) -> &OpData {
         &self.ops[id.index()]

@@ -35,6 +35,21 @@ pub fn parse_module_named(file: &str, src: &str) -> Result<Module, ParseError> {
     }
 }
 
+/// Parse a standalone type (e.g. `tensor<8x16xf32>`) into `m`.
+pub fn parse_type_into(m: &mut Module, text: &str) -> Result<crate::ir::TypeId, ParseError> {
+    let mut p = Parser::new(text);
+    std::mem::swap(&mut p.m, m);
+    let r = p.parse_type().and_then(|t| {
+        if p.c.at_end() {
+            Ok(t)
+        } else {
+            p.c.expected("end of type")
+        }
+    });
+    std::mem::swap(&mut p.m, m);
+    r.map_err(|e| ParseError::at("<type>", text.as_bytes(), e.pos, e.msg))
+}
+
 /// Parser state: the cursor, the module being built and the SSA scopes.
 ///
 /// Custom op formats in [`crate::dialects`] drive it through its public

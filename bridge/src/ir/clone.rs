@@ -1,0 +1,294 @@
+//! Deep copies of ops, regions, types, attributes and locations from one
+//! [`Module`] into another, with symbol renaming. The stitcher uses it to
+//! move segments into the fused module.
+
+use super::{
+    AliasValue, AttrId, Attribute, BlockId, LocId, Location, Module, NamedAttr, OpId, RegionId,
+    TopItem, Type, TypeId, ValueId,
+};
+use crate::intern::Sym;
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+/// Copies IR from `src` into `dst`, remembering what it mapped.
+pub struct Cloner<'a> {
+    src: &'a Module,
+    /// Destination module.
+    pub dst: &'a mut Module,
+    types: FxHashMap<TypeId, TypeId>,
+    /// Source value → destination value. Pre-seed it to substitute values
+    /// (e.g. map an entry block argument to a handle).
+    pub values: FxHashMap<ValueId, ValueId>,
+    /// Symbol renames applied to symbol references (`@old` → `@new`) and
+    /// to `@name` mentions inside verbatim dialect attributes.
+    pub symbols: FxHashMap<String, String>,
+    loc_aliases: FxHashMap<Sym, LocId>,
+    attr_aliases: FxHashMap<Sym, AttrId>,
+}
+
+impl<'a> Cloner<'a> {
+    /// A cloner from `src` into `dst`.
+    pub fn new(src: &'a Module, dst: &'a mut Module) -> Self {
+        let mut loc_aliases = FxHashMap::default();
+        let mut attr_aliases = FxHashMap::default();
+        for item in &src.top {
+            if let TopItem::Alias { name, value } = item {
+                match value {
+                    AliasValue::Loc(l) => {
+                        loc_aliases.insert(*name, *l);
+                    }
+                    AliasValue::Attr(a) => {
+                        attr_aliases.insert(*name, *a);
+                    }
+                    AliasValue::Type(_) => {}
+                }
+            }
+        }
+        Cloner {
+            src,
+            dst,
+            types: FxHashMap::default(),
+            values: FxHashMap::default(),
+            symbols: FxHashMap::default(),
+            loc_aliases,
+            attr_aliases,
+        }
+    }
+
+    /// The source module.
+    pub fn src(&self) -> &'a Module {
+        self.src
+    }
+
+    /// Re-intern a string.
+    pub fn sym(&mut self, s: Sym) -> Sym {
+        let text = self.src.str(s);
+        self.dst.sym(text)
+    }
+
+    /// Copy a type.
+    pub fn ty(&mut self, t: TypeId) -> TypeId {
+        if let Some(&d) = self.types.get(&t) {
+            return d;
+        }
+        let copied = match self.src.ty(t).clone() {
+            Type::Complex(e) => Type::Complex(self.ty(e)),
+            Type::Tensor {
+                dims,
+                elem,
+                encoding,
+            } => Type::Tensor {
+                dims,
+                elem: self.ty(elem),
+                encoding,
+            },
+            Type::UnrankedTensor(e) => Type::UnrankedTensor(self.ty(e)),
+            Type::Tuple(es) => Type::Tuple(es.into_iter().map(|e| self.ty(e)).collect()),
+            Type::Function { inputs, results } => Type::Function {
+                inputs: inputs.into_iter().map(|e| self.ty(e)).collect(),
+                results: results.into_iter().map(|e| self.ty(e)).collect(),
+            },
+            other => other,
+        };
+        let d = self.dst.intern_type(copied);
+        self.types.insert(t, d);
+        d
+    }
+
+    /// Copy an attribute (aliases are resolved to their definitions).
+    pub fn attr(&mut self, a: AttrId) -> AttrId {
+        let copied = match self.src.attr(a).clone() {
+            Attribute::Integer { text, ty } => Attribute::Integer {
+                text,
+                ty: ty.map(|t| self.ty(t)),
+            },
+            Attribute::Float { text, ty } => Attribute::Float {
+                text,
+                ty: ty.map(|t| self.ty(t)),
+            },
+            Attribute::String { escaped, ty } => Attribute::String {
+                escaped,
+                ty: ty.map(|t| self.ty(t)),
+            },
+            Attribute::Type(t) => Attribute::Type(self.ty(t)),
+            Attribute::Array(es) => {
+                Attribute::Array(es.into_iter().map(|e| self.attr(e)).collect())
+            }
+            Attribute::DenseArray { elem, data } => Attribute::DenseArray {
+                elem: self.ty(elem),
+                data,
+            },
+            Attribute::Dict(entries) => Attribute::Dict(self.named_attrs(&entries)),
+            Attribute::SymbolRef(parts) => {
+                let mut out: Vec<Sym> = Vec::with_capacity(parts.len());
+                for (i, p) in parts.iter().enumerate() {
+                    let text = self.src.str(*p);
+                    let renamed = if i == 0 {
+                        self.symbols.get(text).cloned()
+                    } else {
+                        None
+                    };
+                    out.push(match renamed {
+                        Some(r) => self.dst.sym(&r),
+                        None => self.dst.sym(text),
+                    });
+                }
+                Attribute::SymbolRef(out)
+            }
+            Attribute::Dense { body, ty } => Attribute::Dense {
+                body,
+                ty: self.ty(ty),
+            },
+            Attribute::DenseResource { handle, ty } => Attribute::DenseResource {
+                handle,
+                ty: self.ty(ty),
+            },
+            Attribute::Location(l) => Attribute::Location(self.loc(l)),
+            Attribute::Alias(name) => match self.attr_aliases.get(&name).copied() {
+                Some(def) => return self.attr(def),
+                None => Attribute::Alias(self.sym(name)),
+            },
+            Attribute::Opaque(text) => Attribute::Opaque(self.rename_in_text(&text).into()),
+            other => other,
+        };
+        self.dst.add_attr(copied)
+    }
+
+    /// Copy a list of named attributes.
+    pub fn named_attrs(&mut self, list: &[NamedAttr]) -> Vec<NamedAttr> {
+        list.iter()
+            .map(|e| NamedAttr {
+                name: self.sym(e.name),
+                value: self.attr(e.value),
+            })
+            .collect()
+    }
+
+    /// Apply symbol renames to `@name` mentions in verbatim text (dialect
+    /// attributes such as `#sdy.sharding<@mesh, ...>`).
+    pub fn rename_in_text(&self, text: &str) -> String {
+        if self.symbols.is_empty() || !text.contains('@') {
+            return text.to_string();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find('@') {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.' | '-')))
+                .unwrap_or(after.len());
+            let name = &after[..end];
+            out.push('@');
+            match self.symbols.get(name) {
+                Some(r) => out.push_str(r),
+                None => out.push_str(name),
+            }
+            rest = &after[end..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// Copy a location (aliases are resolved to their definitions).
+    pub fn loc(&mut self, l: LocId) -> LocId {
+        let copied = match self.src.loc(l).clone() {
+            Location::Name { name, child } => Location::Name {
+                name,
+                child: child.map(|c| self.loc(c)),
+            },
+            Location::CallSite { callee, caller } => Location::CallSite {
+                callee: self.loc(callee),
+                caller: self.loc(caller),
+            },
+            Location::Fused { metadata, locs } => Location::Fused {
+                metadata: metadata.map(|m| self.attr(m)),
+                locs: locs.into_iter().map(|c| self.loc(c)).collect(),
+            },
+            Location::Alias(name) => match self.loc_aliases.get(&name).copied() {
+                Some(def) if def != l => return self.loc(def),
+                _ => Location::Unknown,
+            },
+            other => other,
+        };
+        self.dst.add_loc(copied)
+    }
+
+    /// Copy `op` (with its regions). Its operands must already be mapped
+    /// (defined earlier in the copy, or pre-seeded in [`Cloner::values`]).
+    pub fn op(&mut self, op: OpId) -> OpId {
+        let o = self.src.op(op).clone();
+        let name = self.sym(o.name);
+        let new = self.dst.add_op(name);
+        let operands: SmallVec<[ValueId; 3]> = o.operands.iter().map(|v| self.value(*v)).collect();
+        self.dst.op_mut(new).operands = operands;
+        let props = self.named_attrs(&o.props);
+        let attrs = self.named_attrs(&o.attrs);
+        let loc = o.loc.map(|l| self.loc(l));
+        {
+            let d = self.dst.op_mut(new);
+            d.props = props;
+            d.attrs = attrs;
+            d.loc = loc;
+        }
+        for &r in &o.results {
+            let ty = self.ty(self.src.value_type(r));
+            let hint = self.src.value(r).name.map(|s| self.sym(s));
+            let nv = self.dst.add_result(new, ty, hint);
+            self.values.insert(r, nv);
+        }
+        for &r in &o.regions {
+            self.region(r, new);
+        }
+        new
+    }
+
+    /// The destination value for source value `v`; unmapped values (which
+    /// only malformed IR has) become fresh placeholders of the same type.
+    pub fn value(&mut self, v: ValueId) -> ValueId {
+        if let Some(&d) = self.values.get(&v) {
+            return d;
+        }
+        let ty = self.ty(self.src.value_type(v));
+        let d = self.dst.add_value(ty, super::ValueDef::Pending, None);
+        self.values.insert(v, d);
+        d
+    }
+
+    /// Copy region `r` onto `new_op`.
+    pub fn region(&mut self, r: RegionId, new_op: OpId) -> RegionId {
+        let nr = self.dst.add_region(new_op);
+        let blocks = self.src.region(r).blocks.clone();
+        // Create all blocks first so successors can refer forward.
+        let mut map: FxHashMap<BlockId, BlockId> = FxHashMap::default();
+        for &b in &blocks {
+            let nb = self.dst.add_block();
+            self.dst.push_block(nr, nb);
+            map.insert(b, nb);
+            for &a in &self.src.block(b).args.clone() {
+                let ty = self.ty(self.src.value_type(a));
+                let hint = self.src.value(a).name.map(|s| self.sym(s));
+                let na = self.dst.add_block_arg(nb, ty, hint);
+                let loc = self.src.value(a).loc.map(|l| self.loc(l));
+                self.dst.values[na.index()].loc = loc;
+                self.values.insert(a, na);
+            }
+        }
+        for &b in &blocks {
+            let nb = map[&b];
+            for &child in &self.src.block(b).ops.clone() {
+                let nc = self.op(child);
+                let succ: SmallVec<[BlockId; 1]> = self
+                    .src
+                    .op(child)
+                    .successors
+                    .iter()
+                    .map(|s| map.get(s).copied().unwrap_or(*s))
+                    .collect();
+                self.dst.op_mut(nc).successors = succ;
+                self.dst.push_op(nb, nc);
+            }
+        }
+        nr
+    }
+}
