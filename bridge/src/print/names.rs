@@ -116,12 +116,22 @@ impl Names {
     pub fn group_of(&self, m: &Module, v: ValueId) -> (ValueId, Option<u32>) {
         if let crate::ir::ValueDef::OpResult { op, index } = m.values[v.index()].def {
             let res = &m.op(op).results;
-            if res.len() > 1 {
+            if res.len() > 1 && !results_named_apart(m, res) {
                 return (res[0], Some(index));
             }
         }
         (v, None)
     }
+}
+
+/// True when an op's results carry distinct name hints (`%a, %b = ...`),
+/// so each is printed as its own name rather than as `%a:2`.
+pub fn results_named_apart(m: &Module, res: &[ValueId]) -> bool {
+    res.len() > 1
+        && res.iter().all(|r| m.values[r.index()].name.is_some())
+        && res
+            .windows(2)
+            .all(|w| m.values[w[0].index()].name != m.values[w[1].index()].name)
 }
 
 /// Append a decimal integer without going through `fmt`.

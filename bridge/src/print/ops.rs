@@ -101,6 +101,17 @@ impl Printer<'_> {
         if res.is_empty() {
             return;
         }
+        if super::names::results_named_apart(m, res) {
+            for (i, &r) in res.iter().enumerate() {
+                if i > 0 {
+                    self.w(", ");
+                }
+                self.out.push('%');
+                self.names.write(m, r, false, &mut self.out);
+            }
+            self.w(" = ");
+            return;
+        }
         self.out.push('%');
         self.names.write(m, res[0], false, &mut self.out);
         if res.len() > 1 {
