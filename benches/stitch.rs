@@ -82,12 +82,8 @@ fn end_to_end(text: &str) -> usize {
     hlobridge::print_module(&out.module, &hlobridge::PrintOptions::default()).len()
 }
 
-/// The first `fraction` of the big module's ops, cut at an op boundary
-/// into a valid module: we print the big module with only its first layers
-/// by re-lowering is not possible here, so instead we stitch a program
-/// whose big segment is the whole module but measure at two sizes by
-/// duplicating nothing: the second size is the module produced by
-/// `gen_big_module.py --layers 12` when present.
+/// The half-size module: the same train step with 12 layers
+/// (`gen_big_module.py --layers 12 --out .cache/big/transformer12_train.mlir`).
 fn half_module(root: &PathBuf) -> Option<String> {
     std::fs::read_to_string(root.join(".cache/big/transformer12_train.mlir")).ok()
 }
