@@ -28,8 +28,10 @@ test-python:
 	.venv/bin/python -m pytest -q -W error tests/python
 
 bench: setup
+	.venv/bin/python tests/tools/gen_big_module.py
+	.venv/bin/python tests/tools/gen_big_module.py --layers 12 --out .cache/big/transformer12_train.mlir
 	cargo bench -p hlobridge
-	.venv/bin/python benches/mlir_anchor.py
+	cargo bench -p pjrt-client
 
 fmt:
 	cargo fmt --all
