@@ -202,3 +202,30 @@ pub fn operand_type(m: &Module, op: OpId, i: usize) -> Option<TypeId> {
 pub fn result_type(m: &Module, op: OpId, i: usize) -> Option<TypeId> {
     m.op(op).results.get(i).map(|&v| m.value_type(v))
 }
+
+/// Like [`Printer::attr_dict`], but with inherent and discardable
+/// attributes merged and sorted by name, as MLIR prints an op's attribute
+/// dictionary. `keyword` spells it ` attributes {..}`.
+pub fn print_attr_dict_sorted(pr: &mut Printer<'_>, op: OpId, elided: &[&str], keyword: bool) {
+    let m = pr.m;
+    let o = m.op(op);
+    let mut entries: Vec<crate::ir::NamedAttr> = o
+        .props
+        .iter()
+        .chain(o.attrs.iter())
+        .filter(|a| !elided.contains(&m.str(a.name)))
+        .copied()
+        .collect();
+    if entries.is_empty() {
+        return;
+    }
+    let key = |a: &crate::ir::NamedAttr| {
+        let s = m.str(a.name);
+        s.strip_prefix('"')
+            .and_then(|t| t.strip_suffix('"'))
+            .unwrap_or(s)
+    };
+    entries.sort_by(|a, b| key(a).cmp(key(b)));
+    pr.w(if keyword { " attributes " } else { " " });
+    pr.dict(&entries);
+}

@@ -16,6 +16,7 @@ mod mhlo;
 mod sdy;
 mod stablehlo_control;
 mod stablehlo_data;
+mod stablehlo_dot_conv;
 mod stablehlo_elementwise;
 mod stablehlo_misc;
 
@@ -50,13 +51,14 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpFormat> {
     static REG: OnceLock<FxHashMap<&'static str, &'static OpFormat>> = OnceLock::new();
     REG.get_or_init(|| {
         let mut map = FxHashMap::default();
-        let lists: [&'static [OpFormat]; 10] = [
+        let lists: [&'static [OpFormat]; 11] = [
             builtin::FORMATS,
             func::FORMATS,
             stablehlo_elementwise::SAME_TYPE,
             stablehlo_elementwise::OTHERS,
             stablehlo_data::FORMATS,
             stablehlo_control::FORMATS,
+            stablehlo_dot_conv::FORMATS,
             stablehlo_misc::FORMATS,
             chlo::FORMATS,
             sdy::FORMATS,

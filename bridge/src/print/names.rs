@@ -134,6 +134,32 @@ pub fn results_named_apart(m: &Module, res: &[ValueId]) -> bool {
             .all(|w| m.values[w[0].index()].name != m.values[w[1].index()].name)
 }
 
+impl Names {
+    /// Name `v` after `base` (`base`, `base_0`, ...) unless it already has
+    /// a name; its source hint is ignored.
+    pub fn name_as(&mut self, v: ValueId, base: &str) {
+        let idx = v.index();
+        if idx >= self.slots.len() {
+            self.slots.resize(idx + 1, Slot::Unset);
+        }
+        if matches!(self.slots[idx], Slot::Unset) {
+            self.slots[idx] = Slot::Str(self.claim(base));
+        }
+    }
+
+    /// Make `v` print with the same name as `target` (naming `target`
+    /// first if needed, `argN` style when it has no hint).
+    pub fn share(&mut self, m: &Module, v: ValueId, target: ValueId) {
+        let mut scratch = String::new();
+        self.write(m, target, true, &mut scratch);
+        let need = v.index().max(target.index()) + 1;
+        if self.slots.len() < need {
+            self.slots.resize(need, Slot::Unset);
+        }
+        self.slots[v.index()] = self.slots[target.index()];
+    }
+}
+
 /// Append a decimal integer without going through `fmt`.
 #[inline]
 pub fn push_int(out: &mut String, v: i64) {

@@ -140,6 +140,21 @@ impl Printer<'_> {
         self.names.write(m, v, entry_arg, &mut self.out);
     }
 
+    /// Name `v` after `base` (`base`, `base_0`, ...) unless it was named
+    /// already, ignoring its source hint (MLIR's `getAsmBlockArgumentNames`,
+    /// e.g. `%iterArg` for `stablehlo.while`).
+    pub fn name_value_as(&mut self, v: ValueId, base: &str) {
+        self.names.name_as(v, base);
+    }
+
+    /// Make `v` print with the same name as `target`: for ops whose regions
+    /// share one printed set of argument names (`stablehlo.while`'s `cond`
+    /// and `do` blocks).
+    pub fn share_value_name(&mut self, v: ValueId, target: ValueId) {
+        let m = self.m;
+        self.names.share(m, v, target);
+    }
+
     /// Write `%a, %b, ...`.
     pub fn operands(&mut self, vs: &[ValueId]) {
         for (i, &v) in vs.iter().enumerate() {
