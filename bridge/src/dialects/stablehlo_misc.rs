@@ -270,6 +270,15 @@ fn parse_composite(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> P
     let name = p.c.string()?;
     p.set_prop(op, "name", string_attr(name));
     let refs = p.parse_operand_list()?;
+    if p.c.eat(b'(') {
+        loop {
+            p.parse_region(op, None)?;
+            if p.c.eat(b')') {
+                break;
+            }
+            p.c.expect(b',')?;
+        }
+    }
     p.parse_optional_attr_dict(
         op,
         &["composite_attributes", "decomposition", "name", "version"],
@@ -279,7 +288,8 @@ fn parse_composite(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> P
 
 fn print_composite(pr: &mut Printer<'_>, op: OpId) -> bool {
     let m = pr.m;
-    if !plain(pr, op) {
+    let o = m.op(op);
+    if !o.successors.is_empty() {
         return false;
     }
     let Some(name) = m.op_attr(op, "name").and_then(|a| get_string(pr, a)) else {
@@ -289,7 +299,17 @@ fn print_composite(pr: &mut Printer<'_>, op: OpId) -> bool {
     pr.w(" ");
     print_string(pr, name);
     pr.w(" ");
-    pr.operands(&m.op(op).operands);
+    pr.operands(&o.operands);
+    if !o.regions.is_empty() {
+        pr.w(" (");
+        for (i, &r) in o.regions.iter().enumerate() {
+            if i > 0 {
+                pr.w(", ");
+            }
+            pr.region(r, true);
+        }
+        pr.w(")");
+    }
     print_attr_dict_sorted(pr, op, &skip, false);
     pr.w(" : ");
     pr.functional_type(op);
