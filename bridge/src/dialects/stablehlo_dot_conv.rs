@@ -205,7 +205,7 @@ fn dot_dims_text(fields: &[Vec<i64>; 4]) -> String {
 /// Read `stablehlo.dot<...>` back into its four lists.
 fn read_dot_dims(text: &str) -> Option<[Vec<i64>; 4]> {
     let body = text.strip_prefix("stablehlo.dot<")?.strip_suffix('>')?;
-    let mut c = Cursor::new(body.as_bytes());
+    let mut c = Cursor::new(body);
     let mut out: [Option<Vec<i64>>; 4] = Default::default();
     if !c.at_end() {
         loop {
@@ -446,7 +446,7 @@ fn conv_dims(c: &mut Cursor<'_>) -> PResult<String> {
 /// the positional form.
 fn read_conv_dims(text: &str) -> Option<String> {
     let body = text.strip_prefix("stablehlo.conv<")?.strip_suffix('>')?;
-    let mut c = Cursor::new(body.as_bytes());
+    let mut c = Cursor::new(body);
     let dims = conv_dims(&mut c).ok()?;
     c.at_end().then_some(dims)
 }
