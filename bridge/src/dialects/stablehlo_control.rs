@@ -343,26 +343,10 @@ fn parse_while(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResu
     Ok(())
 }
 
-/// True for names MLIR makes up for while arguments: `argN` (generic
-/// form) and `iterArg`, `iterArg_N` (pretty form). Such arguments are
-/// renamed `iterArg...` in order, so the two regions of a while printed
-/// generically (where they got distinct names) print one name again.
-fn is_generated_arg_name(s: &str) -> bool {
-    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
-    if let Some(d) = s.strip_prefix("arg") {
-        return digits(d);
-    }
-    let Some(mut rest) = s.strip_prefix("iterArg") else {
-        return false;
-    };
-    while let Some(r) = rest.strip_prefix('_') {
-        let end = r.find('_').unwrap_or(r.len());
-        if !digits(&r[..end]) {
-            return false;
-        }
-        rest = &r[end..];
-    }
-    rest.is_empty()
+/// True for the `argN` names MLIR's generic form gives block arguments.
+fn is_default_arg_name(s: &str) -> bool {
+    s.strip_prefix("arg")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn print_while(pr: &mut Printer<'_>, op: OpId) -> bool {
@@ -395,18 +379,21 @@ fn print_while(pr: &mut Printer<'_>, op: OpId) -> bool {
     if !o.successors.is_empty() {
         return false;
     }
-    // Name the iteration arguments like MLIR (`%iterArg`, `%iterArg_0`,
-    // ...) unless the source named them; both regions print one name.
+    // Both regions print one name per iteration argument: the source name
+    // of the `cond` argument (which a generic print shows first), else of
+    // the `do` argument, else MLIR's `%iterArg`, `%iterArg_0`, ...
     for i in 0..n {
-        let b = body_args[i];
-        let generic_name = match m.value(b).name {
-            None => true,
-            Some(s) => is_generated_arg_name(m.str(s)),
+        let hint = |v: ValueId| {
+            m.value(v)
+                .name
+                .map(|s| m.str(s))
+                .filter(|s| !is_default_arg_name(s))
         };
-        if generic_name {
-            pr.name_value_as(b, "iterArg");
-        }
-        pr.share_value_name(cond_args[i], b);
+        let base = hint(cond_args[i])
+            .or_else(|| hint(body_args[i]))
+            .unwrap_or("iterArg");
+        pr.name_value_as(body_args[i], base);
+        pr.share_value_name(cond_args[i], body_args[i]);
     }
     pr.w("(");
     for (i, (&arg, &init)) in body_args.iter().zip(&o.operands).enumerate() {
