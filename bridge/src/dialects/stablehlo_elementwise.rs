@@ -292,12 +292,13 @@ fn print_compare(pr: &mut Printer<'_>, op: OpId) -> bool {
         },
         None => None,
     };
-    pr.w("  ");
+    // jaxlib 0.10.2's MLIR prints single spaces (older releases printed two).
+    pr.w(" ");
     pr.w(dir);
     pr.w(", ");
     pr.operands(&o.operands);
     if let Some(ct) = ct {
-        pr.w(",  ");
+        pr.w(", ");
         pr.w(ct);
     }
     pr.attr_dict(op, &["comparison_direction", "compare_type"]);
