@@ -26,7 +26,8 @@ fn program(big_text: &str) -> Program {
             big.module.walk(top, &mut |op| {
                 if big.module.op_name(op) == "func.func" && found.is_none() {
                     if let Some(a) = big.module.op_attr(op, "sym_name") {
-                        if let hlobridge::ir::Attribute::String { escaped, .. } = big.module.attr(a) {
+                        if let hlobridge::ir::Attribute::String { escaped, .. } = big.module.attr(a)
+                        {
                             if &**escaped == "main" {
                                 found = Some(op);
                             }
@@ -37,8 +38,13 @@ fn program(big_text: &str) -> Program {
             found
         })
         .expect("@main");
-    let fty = big.module.op_attr(main, "function_type").expect("function_type");
-    let hlobridge::ir::Attribute::Type(fty) = big.module.attr(fty) else { panic!() };
+    let fty = big
+        .module
+        .op_attr(main, "function_type")
+        .expect("function_type");
+    let hlobridge::ir::Attribute::Type(fty) = big.module.attr(fty) else {
+        panic!()
+    };
     let hlobridge::ir::Type::Function { inputs, results } = big.module.ty(*fty).clone() else {
         panic!()
     };
@@ -53,7 +59,13 @@ fn program(big_text: &str) -> Program {
         big_inputs.push(name);
     }
     let big_outputs: Vec<String> = (0..results.len())
-        .map(|k| if k == 0 { "b".to_string() } else { format!("r{k}") })
+        .map(|k| {
+            if k == 0 {
+                "b".to_string()
+            } else {
+                format!("r{k}")
+            }
+        })
         .collect();
     p = p
         .segment(

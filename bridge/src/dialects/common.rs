@@ -27,7 +27,7 @@ pub fn parse_same_operands_and_result_type<'s>(
         results.extend(outs);
     } else {
         let t = p.parse_type()?;
-        let types = vec![t; refs.len()];
+        let types: smallvec::SmallVec<[TypeId; 4]> = smallvec::smallvec![t; refs.len()];
         let vals = p.resolve_operands(refs, &types)?;
         p.push_operands(op, &vals);
         results.push(t);

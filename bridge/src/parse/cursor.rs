@@ -248,8 +248,12 @@ impl<'s> Cursor<'s> {
     /// Consume keyword `kw` if it is the next whole identifier.
     #[inline]
     pub fn eat_kw(&mut self, kw: &str) -> bool {
-        if self.peek_ident() == Some(kw) {
-            self.pos += kw.len();
+        self.ws();
+        let end = self.pos + kw.len();
+        if self.src.get(self.pos..end) == Some(kw.as_bytes())
+            && !self.src.get(end).is_some_and(|&b| is_id_char(b))
+        {
+            self.pos = end;
             true
         } else {
             false

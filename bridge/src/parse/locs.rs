@@ -8,8 +8,7 @@ use crate::ir::{LocId, Location};
 impl<'s> Parser<'s> {
     /// Parse an optional trailing `loc(...)`.
     pub fn parse_optional_loc(&mut self) -> PResult<Option<LocId>> {
-        if self.c.peek_ident() == Some("loc") {
-            self.c.pos += 3;
+        if self.c.peek() == Some(b'l') && self.c.eat_kw("loc") {
             Ok(Some(self.parse_loc_parens()?))
         } else {
             Ok(None)

@@ -14,7 +14,7 @@ mod scope;
 mod types;
 
 pub use cursor::{parse_int_text, PResult, RawError};
-pub use ops::{ArgDef, OperandRef, ResultGroup};
+pub use ops::{ArgDef, OperandList, OperandRef, ResultGroup};
 
 use crate::error::ParseError;
 use crate::ir::Module;
@@ -60,6 +60,7 @@ pub struct Parser<'s> {
     /// The module being built.
     pub m: Module,
     scopes: Scopes<'s>,
+    type_cache: rustc_hash::FxHashMap<&'s str, crate::ir::TypeId>,
     format_cache:
         rustc_hash::FxHashMap<&'s str, (&'static crate::dialects::OpFormat, crate::intern::Sym)>,
 }
@@ -75,6 +76,7 @@ impl<'s> Parser<'s> {
             m,
             scopes: Scopes::default(),
             format_cache: Default::default(),
+            type_cache: Default::default(),
         }
     }
 }

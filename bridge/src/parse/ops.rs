@@ -19,6 +19,9 @@ pub struct OperandRef<'s> {
     pub pos: usize,
 }
 
+/// A list of operand uses (inline up to four).
+pub type OperandList<'s> = SmallVec<[OperandRef<'s>; 4]>;
+
 /// One group on the left of `=`: `%name` or `%name:N`.
 #[derive(Clone, Copy, Debug)]
 pub struct ResultGroup<'s> {
@@ -291,8 +294,8 @@ impl<'s> Parser<'s> {
     }
 
     /// Parse a possibly empty comma-separated operand list (no brackets).
-    pub fn parse_operand_list(&mut self) -> PResult<Vec<OperandRef<'s>>> {
-        let mut out = Vec::new();
+    pub fn parse_operand_list(&mut self) -> PResult<OperandList<'s>> {
+        let mut out = OperandList::new();
         if !self.at_operand() {
             return Ok(out);
         }
@@ -305,7 +308,7 @@ impl<'s> Parser<'s> {
     }
 
     /// Parse operands up to and including `close`.
-    pub fn parse_operand_list_until(&mut self, close: u8) -> PResult<Vec<OperandRef<'s>>> {
+    pub fn parse_operand_list_until(&mut self, close: u8) -> PResult<OperandList<'s>> {
         let list = self.parse_operand_list()?;
         if !self.c.eat(close) {
             return self.c.expected(&format!("',' or '{}'", close as char));

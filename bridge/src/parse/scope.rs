@@ -14,12 +14,33 @@ struct Scope<'s> {
     /// with the byte offset of the first use.
     forward: FxHashMap<(&'s str, u32), (ValueId, usize)>,
     blocks: FxHashMap<&'s str, (BlockId, Option<usize>)>,
+    /// Numeric names (`%12`) defined in this scope, cleared from the
+    /// shared table when the scope ends.
+    num_defs: Vec<u32>,
 }
+
+/// Numeric names above this use the hash map path.
+const MAX_FAST_NUM: u32 = 1 << 24;
 
 /// The stack of scopes, innermost last.
 #[derive(Default)]
 pub(crate) struct Scopes<'s> {
     stack: Vec<Scope<'s>>,
+    /// Fast path for MLIR's numbered values: number → 1 + index into
+    /// `num_groups` (0 = not defined in any open scope).
+    num_table: Vec<u32>,
+    num_groups: Vec<SmallVec<[ValueId; 1]>>,
+}
+
+/// `%123` → 123, when the name is a plain (small) decimal number.
+#[inline]
+fn numeric(name: &str) -> Option<u32> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() > 7 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = b.iter().fold(0u32, |acc, d| acc * 10 + (d - b'0') as u32);
+    (n < MAX_FAST_NUM).then_some(n)
 }
 
 impl<'s> Scopes<'s> {
@@ -42,6 +63,9 @@ impl<'s> Scopes<'s> {
         let Some(scope) = self.stack.pop() else {
             return Ok(());
         };
+        for &n in &scope.num_defs {
+            self.num_table[n as usize] = 0;
+        }
         if let Some((name, (_, pos))) = scope
             .blocks
             .iter()
@@ -89,7 +113,12 @@ impl<'s> Scopes<'s> {
                 msg: "value defined outside of any region".into(),
             });
         };
-        if scope.values.contains_key(name) {
+        let num = numeric(name);
+        let redefined = match num {
+            Some(n) => self.num_table.get(n as usize).is_some_and(|&g| g != 0),
+            None => scope.values.contains_key(name),
+        };
+        if redefined {
             return Err(RawError {
                 pos,
                 msg: format!("redefinition of SSA value '%{name}'"),
@@ -115,7 +144,20 @@ impl<'s> Scopes<'s> {
                 }
             }
         }
-        scope.values.insert(name, values);
+        match num {
+            Some(n) => {
+                let n = n as usize;
+                if self.num_table.len() <= n {
+                    self.num_table.resize((n + 1).max(1024), 0);
+                }
+                self.num_groups.push(values);
+                self.num_table[n] = self.num_groups.len() as u32;
+                scope.num_defs.push(n as u32);
+            }
+            None => {
+                scope.values.insert(name, values);
+            }
+        }
         Ok(())
     }
 
@@ -128,8 +170,12 @@ impl<'s> Scopes<'s> {
         ty: TypeId,
         pos: usize,
     ) -> PResult<ValueId> {
+        let fast = numeric(name)
+            .and_then(|n| self.num_table.get(n as usize).copied())
+            .filter(|&g| g != 0)
+            .map(|g| &self.num_groups[g as usize - 1]);
         for scope in self.stack.iter().rev() {
-            if let Some(group) = scope.values.get(name) {
+            if let Some(group) = fast.or_else(|| scope.values.get(name)) {
                 let Some(&v) = group.get(num as usize) else {
                     return Err(RawError {
                         pos,

@@ -14,9 +14,49 @@ impl<'s> Parser<'s> {
         match self.c.cur() {
             Some(b'(') => self.parse_function_type(),
             Some(b'!') => self.parse_dialect_type(),
+            Some(b't') => self.parse_type_cached(),
             Some(b) if b.is_ascii_alphabetic() => self.parse_builtin_type(),
             _ => self.c.expected("type"),
         }
+    }
+
+    /// Types starting with `t` (`tensor<...>`, `tuple<...>`, `tf32`) are
+    /// looked up by their exact source text first: real modules repeat a
+    /// few tensor types thousands of times.
+    fn parse_type_cached(&mut self) -> PResult<TypeId> {
+        let start = self.c.pos;
+        let src = self.c.src;
+        // The text up to the '>' that closes the first '<' (no strings or
+        // parentheses inside: otherwise skip the cache).
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, &b) in src[start..].iter().enumerate().take(256) {
+            match b {
+                b'<' => depth += 1,
+                b'>' => {
+                    if depth <= 1 {
+                        end = Some(start + i + 1);
+                        break;
+                    }
+                    depth -= 1;
+                }
+                b'"' | b'(' | b'\n' => break,
+                _ => {}
+            }
+        }
+        let Some(end) = end.filter(|_| depth >= 1) else {
+            return self.parse_builtin_type();
+        };
+        let key = self.c.slice(start, end);
+        if let Some(&t) = self.type_cache.get(key) {
+            self.c.pos = end;
+            return Ok(t);
+        }
+        let t = self.parse_builtin_type()?;
+        if self.c.pos == end {
+            self.type_cache.insert(key, t);
+        }
+        Ok(t)
     }
 
     /// True if a type can start at the cursor.
