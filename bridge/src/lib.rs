@@ -5,6 +5,7 @@
 //! The crate has no Python and no dynamic-loading dependencies; the runtime
 //! lives in `pjrt-client` and the Python glue in `python/`.
 
+pub mod conform;
 pub mod dialects;
 pub mod error;
 pub mod inspect;
