@@ -261,6 +261,13 @@ pub fn entry_params(m: &Module) -> Result<Vec<(TypeId, Vec<String>)>, ConformErr
     Ok(out)
 }
 
+/// The entry function's result types (before or after [`rewrite_checks`]).
+pub fn entry_results(m: &Module) -> Result<Vec<TypeId>, ConformError> {
+    let funcs = collect_funcs(m);
+    let entry = pick_entry(m, &funcs)?;
+    Ok(func_type(m, entry).map(|(_, r)| r).unwrap_or_default())
+}
+
 // ----- helpers -----
 
 struct Rewriter<'m> {

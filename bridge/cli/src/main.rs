@@ -1,7 +1,9 @@
 //! The `hlobridge` command line.
 
+mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
+mod cmd_run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +23,11 @@ enum Command {
     /// Summarize a module: functions, signatures, op histogram, custom
     /// calls, shardings, donation and size.
     Inspect(cmd_inspect::InspectArgs),
+    /// Compile a module with a PJRT plugin and run it on .npy inputs.
+    Run(cmd_run::RunArgs),
+    /// Run a StableHLO test suite (check.expect_* modules) through a PJRT
+    /// plugin and compare the results on the host.
+    Conform(cmd_conform::ConformArgs),
 }
 
 fn init_logging() {
@@ -38,6 +45,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fmt(a) => cmd_fmt::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Run(a) => cmd_run::run(a),
+        Command::Conform(a) => match cmd_conform::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
