@@ -157,7 +157,10 @@ pub fn rewrite_checks(m: &mut Module) -> Result<Rewrite, ConformError> {
     }
 
     let mut rw = Rewriter {
-        funcs: funcs.iter().filter_map(|&f| Some((func_name(m, f)?, f))).collect(),
+        funcs: funcs
+            .iter()
+            .filter_map(|&f| Some((func_name(m, f)?, f)))
+            .collect(),
         entry,
         m,
     };
@@ -363,9 +366,7 @@ impl Rewriter<'_> {
             };
             if Some(b) != entry_block(self.m, caller) {
                 let cn = func_name(self.m, caller).unwrap_or_default();
-                return Err(format!(
-                    "@{name} is called inside a nested region of @{cn}"
-                ));
+                return Err(format!("@{name} is called inside a nested region of @{cn}"));
             }
             let new: Vec<ValueId> = vals
                 .iter()
@@ -500,8 +501,9 @@ fn check_kind(m: &Module, op: OpId, target: &str) -> Result<CheckKind, String> {
         "check.expect_almost_eq" | "check.expect_almost_eq_const" => {
             let tolerance = match m.op_attr(op, "tolerance").map(|a| m.attr(a)) {
                 None => DEFAULT_TOLERANCE,
-                Some(Attribute::Float { text, .. }) => parse_float(text)
-                    .ok_or_else(|| format!("bad `tolerance` value {text}"))?,
+                Some(Attribute::Float { text, .. }) => {
+                    parse_float(text).ok_or_else(|| format!("bad `tolerance` value {text}"))?
+                }
                 Some(Attribute::Integer { text, .. }) => crate::parse::parse_int_text(text)
                     .map(|v| v as f64)
                     .ok_or_else(|| format!("bad `tolerance` value {text}"))?,
@@ -543,7 +545,9 @@ fn op_line(m: &Module, op: OpId) -> Option<u32> {
 }
 
 fn has_uses(m: &Module, v: ValueId) -> bool {
-    m.ops.iter().any(|o| o.parent.is_some() && o.operands.contains(&v))
+    m.ops
+        .iter()
+        .any(|o| o.parent.is_some() && o.operands.contains(&v))
 }
 
 /// Replace (or add) inherent attribute `name` of `op`.
@@ -592,7 +596,11 @@ fn append_results(m: &mut Module, f: OpId, vals: &[ValueId]) -> Result<usize, St
         return Err(format!("@{name} has several blocks"));
     }
     let b = entry_block(m, f).ok_or_else(|| format!("@{name} has no body"))?;
-    let ret = *m.block(b).ops.last().ok_or_else(|| format!("@{name} is empty"))?;
+    let ret = *m
+        .block(b)
+        .ops
+        .last()
+        .ok_or_else(|| format!("@{name} is empty"))?;
     if !matches!(m.op_name(ret), "func.return" | "return") {
         return Err(format!("@{name} does not end in func.return"));
     }
@@ -791,7 +799,10 @@ mod tests {
 "#;
         let e = rewrite(uncalled).0.unwrap_err();
         assert!(e.to_string().contains("never called"), "{e}");
-        assert!(e.to_string().contains("check.expect_close #0 in @orphan"), "{e}");
+        assert!(
+            e.to_string().contains("check.expect_close #0 in @orphan"),
+            "{e}"
+        );
 
         let unknown = r#"func.func @main(%a: tensor<f32>) {
   "check.expect_serialized_eq"(%a) <{probe_id = "p"}> : (tensor<f32>) -> ()
@@ -818,7 +829,10 @@ mod tests {
         let r = r.unwrap();
         assert_eq!(r.entry, "add_op_test_si4");
         assert_eq!(r.checks.len(), 1);
-        assert!(text.contains("@main() -> (tensor<2xi4>, tensor<2xi4>)"), "{text}");
+        assert!(
+            text.contains("@main() -> (tensor<2xi4>, tensor<2xi4>)"),
+            "{text}"
+        );
         reparse(&text);
     }
 

@@ -267,7 +267,7 @@ fn run_file(client: &Client, path: &Path, rel: String, generic: bool) -> FileRes
     let many = parts.len() > 1;
     let (mut passed, mut skipped) = (0, 0);
     for (first_line, part) in parts {
-        let name = path.display().to_string();
+        let name = r.rel.clone();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_case(client, &name, part, first_line, generic)
         }))
@@ -362,7 +362,13 @@ fn run_case(client: &Client, name: &str, src: &str, first_line: u32, generic: bo
             return Case::Fail(
                 text.lines()
                     .enumerate()
-                    .map(|(i, l)| if i == 0 { format!("parse error: {l}") } else { l.to_string() })
+                    .map(|(i, l)| {
+                        if i == 0 {
+                            format!("parse error: {l}")
+                        } else {
+                            l.to_string()
+                        }
+                    })
                     .collect(),
             );
         }
@@ -441,7 +447,10 @@ fn one_line(s: &str) -> String {
 #[derive(Clone, Copy)]
 enum Elem {
     Bool,
-    Int { signed: bool, bits: u32 },
+    Int {
+        signed: bool,
+        bits: u32,
+    },
     /// A float of `exp` exponent and `man` mantissa bits (plus a sign bit).
     Float(FloatFmt),
     Complex(FloatFmt),
@@ -548,7 +557,11 @@ impl FloatFmt {
         let sign = if neg { -1.0 } else { 1.0 };
         match self.special {
             Special::Ieee if e == emax => {
-                return if m == 0 { sign * f64::INFINITY } else { f64::NAN };
+                return if m == 0 {
+                    sign * f64::INFINITY
+                } else {
+                    f64::NAN
+                };
             }
             Special::Fn if e == emax && m == mmask => return f64::NAN,
             Special::Fnuz if neg && e == 0 && m == 0 => return f64::NAN,
@@ -673,7 +686,10 @@ fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Result<(), Stri
                 }
             }
             Elem::Int { signed, bits } => {
-                let (p, q) = (int_value(le_bits(x), signed, bits), int_value(le_bits(y), signed, bits));
+                let (p, q) = (
+                    int_value(le_bits(x), signed, bits),
+                    int_value(le_bits(y), signed, bits),
+                );
                 if p == q {
                     Ok(())
                 } else {
@@ -726,13 +742,19 @@ fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Result<(), Stri
     }
     match first {
         None => Ok(()),
-        Some(f) => Err(format!("{bad} of {n} elements differ ({kind}); first at {f}")),
+        Some(f) => Err(format!(
+            "{bad} of {n} elements differ ({kind}); first at {f}"
+        )),
     }
 }
 
 fn int_value(bits: u64, signed: bool, width: u32) -> i128 {
     if width >= 64 {
-        return if signed { bits as i64 as i128 } else { bits as i128 };
+        return if signed {
+            bits as i64 as i128
+        } else {
+            bits as i128
+        };
     }
     let v = bits & ((1u64 << width) - 1);
     if signed && (v >> (width - 1)) & 1 == 1 {
@@ -802,7 +824,12 @@ mod tests {
 
     #[test]
     fn comparisons() {
-        let f32s = |v: &[f32]| arr(ElementType::F32, &v.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>());
+        let f32s = |v: &[f32]| {
+            arr(
+                ElementType::F32,
+                &v.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>(),
+            )
+        };
         let a = f32s(&[1.0, f32::NAN, -0.0]);
         let b = f32s(&[1.0, f32::NAN, 0.0]);
         compare(CheckKind::Eq, &a, &b).unwrap();
@@ -810,11 +837,24 @@ mod tests {
         let c = f32s(&[1.0 + 4.0 * f32::EPSILON, f32::NAN, 0.0]);
         let e = compare(CLOSE3, &c, &b).unwrap_err();
         assert!(e.contains("1 of 3 elements differ"), "{e}");
-        assert!(e.contains("index [0]") && e.contains("ULP distance 4"), "{e}");
+        assert!(
+            e.contains("index [0]") && e.contains("ULP distance 4"),
+            "{e}"
+        );
         compare(CheckKind::AlmostEq { tolerance: 1e-3 }, &c, &b).unwrap();
         let big = f32s(&[1000.5]);
-        compare(CheckKind::AlmostEq { tolerance: 1e-3 }, &big, &f32s(&[1000.0])).unwrap();
-        assert!(compare(CheckKind::AlmostEq { tolerance: 1e-3 }, &f32s(&[1.01]), &f32s(&[1.0])).is_err());
+        compare(
+            CheckKind::AlmostEq { tolerance: 1e-3 },
+            &big,
+            &f32s(&[1000.0]),
+        )
+        .unwrap();
+        assert!(compare(
+            CheckKind::AlmostEq { tolerance: 1e-3 },
+            &f32s(&[1.01]),
+            &f32s(&[1.0])
+        )
+        .is_err());
         let i = arr(ElementType::S8, &[0xff, 2]);
         let e = compare(CheckKind::Eq, &i, &arr(ElementType::S8, &[0xfe, 2])).unwrap_err();
         assert!(e.contains("actual -1 vs expected -2"), "{e}");
@@ -822,7 +862,10 @@ mod tests {
         assert!(e.contains("type mismatch"), "{e}");
         let z = arr(ElementType::C64, &[(2.0f32.to_bits() as u64) << 32]);
         let e = compare(CheckKind::Eq, &z, &arr(ElementType::C64, &[0])).unwrap_err();
-        assert!(e.contains("actual (0.0, 2.0) vs expected (0.0, 0.0)"), "{e}");
+        assert!(
+            e.contains("actual (0.0, 2.0) vs expected (0.0, 0.0)"),
+            "{e}"
+        );
     }
 
     #[test]
