@@ -10,7 +10,8 @@
 //!   `max_ulp_difference` attributes, default 0 and 3) and
 //!   `@check.expect_almost_eq` (`tolerance` attribute, default 1e-3);
 //! * `%r = stablehlo.custom_call @check.eq(%expected, %actual) -> tensor<i1>`
-//!   (its result must be unused);
+//!   (users of the verdict `%r` get a constant `true`: the comparison itself
+//!   moves to the host);
 //! * the `check` dialect ops `"check.expect_eq"`, `"check.expect_close"`,
 //!   `"check.expect_almost_eq"` (two operands) and `"check.expect_eq_const"`,
 //!   `"check.expect_almost_eq_const"` (one operand and a `value` attribute,
@@ -293,11 +294,23 @@ impl Rewriter<'_> {
         if o.parent.is_none() || o.parent != entry_block(m, func) {
             return Err("it sits inside a nested region (loop, branch, ...)".into());
         }
-        for &r in &o.results {
-            if has_uses(m, r) {
+        // `check.eq` returns its verdict as `tensor<i1>`; the host compares
+        // now, so users of the verdict see `true`.
+        let verdict = match o.results.as_slice() {
+            [r] if target == "check.eq" && has_uses(m, *r) => {
+                let ty = m.value_type(*r);
+                let is_i1 = matches!(m.ty(ty), Type::Tensor { dims, elem, .. }
+                    if dims.is_empty() && matches!(m.ty(*elem), Type::Integer { width: 1, .. }));
+                if !is_i1 {
+                    return Err("its result is used and is not a tensor<i1>".into());
+                }
+                Some((*r, ty))
+            }
+            rs if rs.iter().any(|&r| has_uses(m, r)) => {
                 return Err("its result is used".into());
             }
-        }
+            _ => None,
+        };
         let block = o.parent.ok_or("op is not in a block")?;
         let pos = m
             .block(block)
@@ -314,19 +327,29 @@ impl Rewriter<'_> {
                 Attribute::Dense { ty, .. } | Attribute::DenseResource { ty, .. } => *ty,
                 _ => m.value_type(o.operands[0]),
             };
-            let name = m.sym("stablehlo.constant");
-            let c = m.add_op(name);
-            set_prop(m, c, "value", value);
-            let v = m.add_result(c, ty, None);
-            m.op_mut(c).loc = o.loc;
-            m.blocks[block.index()].ops[pos] = c;
-            m.op_mut(c).parent = Some(block);
+            let v = new_constant(m, value, ty, block, pos);
             (o.operands[0], v)
         } else {
             if o.operands.len() != 2 {
                 return Err(format!("expected 2 operands, found {}", o.operands.len()));
             }
-            m.blocks[block.index()].ops.remove(pos);
+            match verdict {
+                Some((r, ty)) => {
+                    let value = m.add_attr(Attribute::Dense {
+                        body: "true".into(),
+                        ty,
+                    });
+                    let c = new_constant(m, value, ty, block, pos);
+                    for other in m.ops.iter_mut().filter(|x| x.parent.is_some()) {
+                        for v in other.operands.iter_mut().filter(|v| **v == r) {
+                            *v = c;
+                        }
+                    }
+                }
+                None => {
+                    m.blocks[block.index()].ops.remove(pos);
+                }
+            }
             if target == "check.eq" {
                 // `check.eq(expected, actual)`.
                 (o.operands[1], o.operands[0])
@@ -550,6 +573,21 @@ fn has_uses(m: &Module, v: ValueId) -> bool {
         .any(|o| o.parent.is_some() && o.operands.contains(&v))
 }
 
+/// A `stablehlo.constant` of `value` that takes the place of the op at
+/// `block[pos]`; returns its result.
+fn new_constant(m: &mut Module, value: AttrId, ty: TypeId, block: BlockId, pos: usize) -> ValueId {
+    let old = m.block(block).ops[pos];
+    let loc = m.op(old).loc;
+    let name = m.sym("stablehlo.constant");
+    let c = m.add_op(name);
+    set_prop(m, c, "value", value);
+    let v = m.add_result(c, ty, None);
+    m.op_mut(c).loc = loc;
+    m.blocks[block.index()].ops[pos] = c;
+    m.op_mut(c).parent = Some(block);
+    v
+}
+
 /// Replace (or add) inherent attribute `name` of `op`.
 fn set_prop(m: &mut Module, op: OpId, name: &str, value: AttrId) {
     let sym = m.sym(name);
@@ -710,6 +748,10 @@ mod tests {
         // check.eq(expected, actual): actual is the abs result (output 0's value).
         assert_eq!((c[3].actual_output, c[3].expected_output), (7, 8));
         assert_eq!(c[3].label(), "check.eq #3 (line 9)");
+        assert!(
+            !text.contains("dense<true>"),
+            "unused verdicts leave no constant"
+        );
         // The const check materialized its value as a constant.
         assert!(text.contains("dense<[1.0, 2.0]>"), "{text}");
         let m = reparse(&text);
@@ -813,6 +855,22 @@ mod tests {
         assert!(e.to_string().contains("unknown check"), "{e}");
         let e = rewrite("module {\n}\n").0.unwrap_err();
         assert!(matches!(e, ConformError::NoEntry(_)), "{e}");
+    }
+
+    #[test]
+    fn used_check_eq_verdict_becomes_true() {
+        let src = r#"func.func @main() -> tensor<i1> {
+  %0 = "stablehlo.constant"() <{value = dense<1.0> : tensor<f32>}> : () -> tensor<f32>
+  %1 = "stablehlo.custom_call"(%0, %0) <{call_target_name = "check.eq"}> : (tensor<f32>, tensor<f32>) -> tensor<i1>
+  return %1 : tensor<i1>
+}
+"#;
+        let (r, text) = rewrite(src);
+        let r = r.unwrap();
+        assert_eq!((r.original_outputs, r.total_outputs), (1, 3));
+        assert!(text.contains("dense<true> : tensor<i1>"), "{text}");
+        assert!(!text.contains("check."), "{text}");
+        reparse(&text);
     }
 
     #[test]
