@@ -4,6 +4,7 @@ mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
 mod cmd_run;
+mod compare;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
