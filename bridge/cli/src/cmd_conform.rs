@@ -395,7 +395,7 @@ fn run_case(client: &Client, name: &str, src: &str, first_line: u32, generic: bo
             "skipped: entry takes {nparams} input(s); compiled only"
         ));
     }
-    let outputs = match cmd_run::execute(client, &exe, &[]) {
+    let outputs = match cmd_run::execute(client, &exe, &[], None) {
         Ok(o) => o,
         Err(e) => return Case::Fail(vec![one_line(&e)]),
     };

@@ -55,7 +55,7 @@ np.load(p).view(ml_dtypes.bfloat16); as inputs, raw unsigned ints of the same si
 are accepted too.
 
 Outputs: with --out DIR, output i goes to DIR/i.npy; when a multi-device program returns a \
-sharded output, each device's shard goes to DIR/i.dD.npy instead. Errors exit with status 1.
+sharded output, each device's shard goes to DIR/i.dD.npy instead. Multi-device programs (mhlo.num_partitions / mhlo.num_replicas > 1; pass --devices N) get every input whole on every device; parameters the program shards are rejected. Errors exit with status 1.
 
 Receipt (stdout; --json for one JSON object): plugin, platform, devices, parse/compile/run \
 times, and one line per output: `output I: tensor<...> [-> PATH]`.";
@@ -116,6 +116,15 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     )
     .map_err(|e| format!("creating PJRT client: {e}"))?;
     let options = compile_options(&m);
+    let need = options.num_partitions * options.num_replicas;
+    if need > client.device_count() {
+        return Err(format!(
+            "the module needs {need} devices (mhlo.num_partitions = {}, mhlo.num_replicas = {}) but the client has {}; pass --devices {need}",
+            options.num_partitions,
+            options.num_replicas,
+            client.device_count()
+        ));
+    }
     let t1 = Instant::now();
     let exe = client
         .compile(&Program::mlir_text(&program), &options)
@@ -123,7 +132,12 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let compile_time = t1.elapsed();
 
     let t2 = Instant::now();
-    let outputs = execute(&client, &exe, &inputs)?;
+    let global: Option<Vec<Vec<i64>>> = hlobridge::conform::entry_results(&m).ok().map(|ts| {
+        ts.iter()
+            .map(|&t| tensor_info(&m, t).map(|(_, d)| d).unwrap_or_default())
+            .collect()
+    });
+    let outputs = execute(&client, &exe, &inputs, global.as_deref())?;
     let run_time = t2.elapsed();
 
     let mut receipt = serde_json::json!({
@@ -340,13 +354,14 @@ pub(crate) fn compile_options(m: &Module) -> CompileOptions {
 pub(crate) type HostArray = (ElementType, Vec<i64>, Vec<u8>);
 
 /// Runs `exe` with `inputs` (fed whole to every device) and copies every
-/// output to the host: `result[output][device]` (one entry per device only
-/// when the per-device results differ in shape from the first device's
-/// being the whole array, i.e. for multi-device programs).
+/// output to the host: `result[output][device]`. An output that every
+/// device returned identically, with the whole shape (`global`, the entry's
+/// result dims, when known), is kept once.
 pub(crate) fn execute(
     client: &Client,
     exe: &LoadedExecutable,
     inputs: &[Npy],
+    global: Option<&[Vec<i64>]>,
 ) -> Result<Vec<Vec<HostArray>>, String> {
     let devices = exe.devices();
     if let Some(params) = exe.parameter_info() {
@@ -387,7 +402,10 @@ pub(crate) fn execute(
             shards.push((dtype, dims, bytes));
         }
         // Replicated outputs: keep one copy.
-        if shards.iter().all(|s| s == &shards[0]) {
+        let whole = global
+            .and_then(|g| g.get(i))
+            .is_none_or(|g| g[..] == shards[0].1[..]);
+        if whole && shards.iter().all(|s| s == &shards[0]) {
             shards.truncate(1);
         }
         result.push(shards);

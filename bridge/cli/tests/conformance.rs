@@ -425,3 +425,35 @@ fn run_reports_bad_inputs() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn run_multi_device_needs_devices() {
+    let dir = scratch("devices");
+    let module = dir.join("two.mlir");
+    std::fs::write(
+        &module,
+        r#"module @two attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main() -> tensor<2xi32> {
+    %0 = "stablehlo.constant"() <{value = dense<[7, 8]> : tensor<2xi32>}> : () -> tensor<2xi32>
+    "func.return"(%0) : (tensor<2xi32>) -> ()
+  }
+}
+"#,
+    )
+    .unwrap();
+    let m = module.to_str().unwrap();
+    let o = hlobridge(&["run", m]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr.contains("the module needs 2 devices"), "{stderr}");
+    assert!(stderr.contains("pass --devices 2"), "{stderr}");
+    let out = dir.join("out");
+    let o = hlobridge(&["run", m, "--devices", "2", "--out", out.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("devices: 2"), "{stdout}");
+    assert!(stdout.contains("output 0: tensor<2xi32> -> "), "{stdout}");
+    let bytes = std::fs::read(out.join("0.npy")).unwrap();
+    assert!(bytes.ends_with(&[7, 0, 0, 0, 8, 0, 0, 0]));
+    let _ = std::fs::remove_dir_all(dir);
+}
