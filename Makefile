@@ -22,7 +22,7 @@ demo: setup
 test: setup test-rust test-python
 
 test-rust:
-	cargo test --workspace --release -q
+	cargo test --release -q
 
 test-python:
 	.venv/bin/python -m pytest -q -W error tests/python
