@@ -66,7 +66,23 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let m = hlobridge::parse_module_named(&name, &text).map_err(|e| format!("parse error: {e}"))?;
     let parse_time = t0.elapsed();
+    let receipt = run_module(&name, &m, parse_time, &a)?;
+    if a.json {
+        println!("{receipt}");
+    } else {
+        print_receipt(&receipt);
+    }
+    Ok(())
+}
 
+/// Bind `a`'s inputs to `m`'s entry, compile, run, write outputs; returns
+/// the receipt (shared by `run` and `stitch --run`).
+pub(crate) fn run_module(
+    name: &str,
+    m: &Module,
+    parse_time: std::time::Duration,
+    a: &RunArgs,
+) -> Result<serde_json::Value, String> {
     // Bind inputs before touching the plugin, so binding errors are cheap.
     let params = hlobridge::conform::entry_params(&m).map_err(|e| e.to_string())?;
     let mut bound: Vec<Option<(PathBuf, Npy)>> = (0..params.len()).map(|_| None).collect();
@@ -176,15 +192,11 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         }));
     }
     receipt["outputs"] = serde_json::Value::Array(outs);
-    if a.json {
-        println!("{receipt}");
-    } else {
-        print_receipt(&receipt);
-    }
-    Ok(())
+    Ok(receipt)
 }
 
-fn print_receipt(r: &serde_json::Value) {
+/// Print a run receipt as text.
+pub(crate) fn print_receipt(r: &serde_json::Value) {
     let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
     println!("file: {}", s("file"));
     println!("plugin: {}", s("plugin"));

@@ -4,6 +4,7 @@ mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
 mod cmd_run;
+mod cmd_stitch;
 mod compare;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Inspect(cmd_inspect::InspectArgs),
     /// Compile a module with a PJRT plugin and run it on .npy inputs.
     Run(cmd_run::RunArgs),
+    /// Merge the segments of a plan into one module (and optionally run it).
+    Stitch(cmd_stitch::StitchArgs),
     /// Run a StableHLO test suite (check.expect_* modules) through a PJRT
     /// plugin and compare the results on the host.
     Conform(cmd_conform::ConformArgs),
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Fmt(a) => cmd_fmt::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Run(a) => cmd_run::run(a),
+        Command::Stitch(a) => cmd_stitch::run(a),
         Command::Conform(a) => match cmd_conform::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

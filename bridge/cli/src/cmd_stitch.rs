@@ -1,0 +1,109 @@
+//! `hlobridge stitch PLAN [-o fused.mlir] [--run ...]`: merge the plan's
+//! segments into one module, write it, and optionally compile and run it
+//! with a receipt (segments, handles, ops per segment, compile and run
+//! time, plugin).
+
+use crate::cmd_run::{print_receipt, run_module, RunArgs};
+use clap::Args;
+use hlobridge::stitch::{stitch, Program};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `hlobridge stitch`.
+#[derive(Args)]
+#[command(after_long_help = STITCH_HELP)]
+pub struct StitchArgs {
+    /// The plan (`.toml` or `.json`); module paths are relative to it.
+    pub plan: PathBuf,
+    /// Write the fused module here (default: standard output, unless --run).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Keep every segment as a called function instead of inlining it.
+    #[arg(long)]
+    pub no_inline: bool,
+    /// Print the fused module in MLIR's generic op form.
+    #[arg(long)]
+    pub generic: bool,
+    /// Compile and run the fused module after stitching.
+    #[arg(long)]
+    pub run: bool,
+    /// PJRT plugin (with --run; default: discovery).
+    #[arg(long, value_name = "P")]
+    pub plugin: Option<PathBuf>,
+    /// Devices the client creates (with --run).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub devices: usize,
+    /// Bind a program input (with --run): `NAME=FILE.npy` or `INDEX=FILE.npy`.
+    #[arg(long = "input", short = 'i', value_name = "NAME_OR_INDEX=FILE")]
+    pub inputs: Vec<String>,
+    /// Write program output `i` to `DIR/i.npy` (with --run).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Print the receipt as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const STITCH_HELP: &str = "\
+Plan format (TOML; JSON with the same keys):
+  [[input]]    name, type (e.g. \"tensor<8x16xf32>\"), donate (optional)
+  [[segment]]  name, module (path relative to the plan), entry (default \"main\"),
+               inputs (handles bound to the entry's parameters),
+               outputs (handle names for its results; \"_\" drops one; empty = <segment>.<port>),
+               producer (torch/jax/pallas, optional), casts (handles allowed an element-type convert)
+  [[output]]   handle, name (optional)
+  inline = true|false (default true)
+
+Program inputs of the fused @main are named after the plan's inputs, so --input x=x.npy binds input x.";
+
+/// Run `stitch`.
+pub fn run(a: StitchArgs) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut program = Program::from_plan_file(&a.plan).map_err(|e| e.to_string())?;
+    if a.no_inline {
+        program.inline = false;
+    }
+    let stitched = stitch(&program).map_err(|e| e.to_string())?;
+    let stitch_time = t0.elapsed();
+    let text = hlobridge::print_module(
+        &stitched.module,
+        &hlobridge::PrintOptions {
+            generic: a.generic,
+            debug_info: true,
+        },
+    );
+    match &a.output {
+        Some(path) => {
+            std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        None if !a.run => print!("{text}"),
+        None => {}
+    }
+    if !a.run {
+        if a.output.is_some() {
+            eprint!("{}", stitched.report);
+        }
+        return Ok(());
+    }
+    let run_args = RunArgs {
+        file: a.plan.clone(),
+        plugin: a.plugin.clone(),
+        devices: a.devices,
+        inputs: a.inputs.clone(),
+        out: a.out.clone(),
+        generic: a.generic,
+        json: a.json,
+    };
+    let name = format!("{} (stitched)", a.plan.display());
+    let mut receipt = run_module(&name, &stitched.module, stitch_time, &run_args)?;
+    receipt["stitch_ms"] = (stitch_time.as_secs_f64() * 1e3).into();
+    receipt["stitch"] = serde_json::to_value(&stitched.report).map_err(|e| e.to_string())?;
+    if a.json {
+        println!("{receipt}");
+    } else {
+        print!("{}", stitched.report);
+        println!("stitch: {:.2} ms", stitch_time.as_secs_f64() * 1e3);
+        print_receipt(&receipt);
+    }
+    Ok(())
+}
