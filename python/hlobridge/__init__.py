@@ -7,6 +7,7 @@ from hlobridge._native import (
     BridgeError,
     InvalidIrError,
     ParseError,
+    StitchError,
     __version__,
     format_module,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "BridgeError",
     "InvalidIrError",
     "ParseError",
+    "StitchError",
     "__version__",
     "format_module",
 ]

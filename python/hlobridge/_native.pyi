@@ -11,6 +11,9 @@ class ParseError(BridgeError):
 class InvalidIrError(BridgeError):
     """Structurally invalid IR for the requested operation."""
 
+class StitchError(BridgeError):
+    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
+
 def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
 ) -> str:
