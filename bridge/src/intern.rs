@@ -3,6 +3,7 @@
 //! referred to by a [`Sym`].
 
 use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 /// An interned string id, valid for the [`Interner`] that produced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -11,8 +12,9 @@ pub struct Sym(pub u32);
 /// A string table with O(1) lookup both ways.
 #[derive(Default, Clone, Debug)]
 pub struct Interner {
-    map: FxHashMap<Box<str>, Sym>,
-    strs: Vec<Box<str>>,
+    // One allocation per string, shared by the map and the table.
+    map: FxHashMap<Arc<str>, Sym>,
+    strs: Vec<Arc<str>>,
 }
 
 impl Interner {
@@ -22,8 +24,9 @@ impl Interner {
             return sym;
         }
         let sym = Sym(self.strs.len() as u32);
-        self.strs.push(s.into());
-        self.map.insert(s.into(), sym);
+        let shared: Arc<str> = Arc::from(s);
+        self.strs.push(shared.clone());
+        self.map.insert(shared, sym);
         sym
     }
 

@@ -317,7 +317,7 @@ fn parse_while(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PResu
         }
     }
     let types = if operands.is_empty() {
-        Vec::new()
+        Default::default()
     } else {
         p.c.expect(b':')?;
         p.parse_type_list()?

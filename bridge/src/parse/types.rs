@@ -7,6 +7,9 @@ use super::Parser;
 use crate::ir::{FloatKind, Signedness, Type, TypeId, DYNAMIC};
 use smallvec::SmallVec;
 
+/// A list of types (inline up to four: most ops have few operands).
+pub type TypeList = SmallVec<[TypeId; 4]>;
+
 impl<'s> Parser<'s> {
     /// Parse any type.
     pub fn parse_type(&mut self) -> PResult<TypeId> {
@@ -73,11 +76,14 @@ impl<'s> Parser<'s> {
     /// Parse `(T, ...) -> T` or `(T, ...) -> (T, ...)`.
     pub fn parse_function_type(&mut self) -> PResult<TypeId> {
         let (inputs, results) = self.parse_function_type_parts()?;
-        Ok(self.m.intern_type(Type::Function { inputs, results }))
+        Ok(self.m.intern_type(Type::Function {
+            inputs: inputs.into_vec(),
+            results: results.into_vec(),
+        }))
     }
 
     /// Parse a function type into its input and result lists.
-    pub fn parse_function_type_parts(&mut self) -> PResult<(Vec<TypeId>, Vec<TypeId>)> {
+    pub fn parse_function_type_parts(&mut self) -> PResult<(TypeList, TypeList)> {
         self.c.enter()?;
         self.c.expect(b'(')?;
         let inputs = self.parse_type_list_until(b')')?;
@@ -90,20 +96,20 @@ impl<'s> Parser<'s> {
     }
 
     /// Parse a result type list: a single type, or `(T, ...)`.
-    pub fn parse_result_types(&mut self) -> PResult<Vec<TypeId>> {
+    pub fn parse_result_types(&mut self) -> PResult<TypeList> {
         if self.c.peek() == Some(b'(') {
             // `(T) -> ...` would be a function type result; MLIR requires
             // parentheses around function-typed results, so `(` opens a list.
             self.c.pos += 1;
             self.parse_type_list_until(b')')
         } else {
-            Ok(vec![self.parse_type()?])
+            Ok(smallvec::smallvec![self.parse_type()?])
         }
     }
 
     /// Parse a comma-separated type list up to and including `close`.
-    pub fn parse_type_list_until(&mut self, close: u8) -> PResult<Vec<TypeId>> {
-        let mut out = Vec::new();
+    pub fn parse_type_list_until(&mut self, close: u8) -> PResult<TypeList> {
+        let mut out = TypeList::new();
         if self.c.eat(close) {
             return Ok(out);
         }
@@ -119,8 +125,8 @@ impl<'s> Parser<'s> {
     }
 
     /// Parse a comma-separated list of at least one type (no brackets).
-    pub fn parse_type_list(&mut self) -> PResult<Vec<TypeId>> {
-        let mut out = vec![self.parse_type()?];
+    pub fn parse_type_list(&mut self) -> PResult<TypeList> {
+        let mut out: TypeList = smallvec::smallvec![self.parse_type()?];
         while self.c.eat(b',') {
             out.push(self.parse_type()?);
         }
@@ -162,7 +168,7 @@ impl<'s> Parser<'s> {
                 self.c.expect(b'<')?;
                 let elems = self.parse_type_list_until(b'>')?;
                 self.c.leave();
-                Type::Tuple(elems)
+                Type::Tuple(elems.into_vec())
             }
             "index" => Type::Index,
             "none" => Type::None,
