@@ -227,8 +227,8 @@ impl<'a> Cloner<'a> {
         let loc = o.loc.map(|l| self.loc(l));
         {
             let d = self.dst.op_mut(new);
-            d.props = props;
-            d.attrs = attrs;
+            d.props = props.into();
+            d.attrs = attrs.into();
             d.loc = loc;
         }
         for &r in &o.results {

@@ -53,9 +53,9 @@ pub struct OpData {
     /// Results.
     pub results: SmallVec<[ValueId; 1]>,
     /// Inherent attributes (printed as `<{...}>` in generic form).
-    pub props: Vec<NamedAttr>,
+    pub props: SmallVec<[NamedAttr; 2]>,
     /// Discardable attributes (printed as `{...}`).
-    pub attrs: Vec<NamedAttr>,
+    pub attrs: SmallVec<[NamedAttr; 2]>,
     /// Attached regions.
     pub regions: SmallVec<[RegionId; 1]>,
     /// Successor blocks.
@@ -253,8 +253,8 @@ impl Module {
             name,
             operands: SmallVec::new(),
             results: SmallVec::new(),
-            props: Vec::new(),
-            attrs: Vec::new(),
+            props: SmallVec::new(),
+            attrs: SmallVec::new(),
             regions: SmallVec::new(),
             successors: SmallVec::new(),
             loc: None,

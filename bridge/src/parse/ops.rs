@@ -228,7 +228,7 @@ impl<'s> Parser<'s> {
             self.c.pos -= 1;
             let props = self.parse_attr_dict_body()?;
             self.c.expect(b'>')?;
-            self.m.ops[op.index()].props = props;
+            self.m.ops[op.index()].props = props.into();
         }
         if self.c.peek() == Some(b'(') {
             self.c.pos += 1;
@@ -242,7 +242,7 @@ impl<'s> Parser<'s> {
         }
         if self.c.peek() == Some(b'{') {
             let attrs = self.parse_attr_dict_body()?;
-            self.m.ops[op.index()].attrs = attrs;
+            self.m.ops[op.index()].attrs = attrs.into();
         }
         self.c.expect(b':')?;
         self.c.ws();
