@@ -1,22 +1,86 @@
 """hlobridge: PyTorch and JAX in one compiled StableHLO program.
 
 Errors raised by hlobridge all derive from :class:`BridgeError`.
+
+``import hlobridge`` is light: torch and JAX are imported on first use of
+:func:`call_jax`, :func:`pt_to_jax` or :func:`jax_to_pt`.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from hlobridge._native import (
+    ArgumentError,
     BridgeError,
+    BufferDeletedError,
+    CompileError,
+    DtypeError,
+    FileError,
     InvalidIrError,
     ParseError,
+    PjrtError,
+    PluginError,
+    PluginLoadError,
+    PluginNotFoundError,
+    Runtime,
     StitchError,
     __version__,
     format_module,
+    runtime,
 )
+from hlobridge.receipt import Receipt, Segment, last_receipt
+
+if TYPE_CHECKING:
+    from hlobridge.interop import jax_to_pt, pt_to_jax
+    from hlobridge.jax_bridge import call_jax, clear_cache, reset_stats, stats
+
+_LAZY = {
+    "call_jax": "hlobridge.jax_bridge",
+    "clear_cache": "hlobridge.jax_bridge",
+    "stats": "hlobridge.jax_bridge",
+    "reset_stats": "hlobridge.jax_bridge",
+    "pt_to_jax": "hlobridge.interop",
+    "jax_to_pt": "hlobridge.interop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'hlobridge' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
+    "ArgumentError",
     "BridgeError",
+    "BufferDeletedError",
+    "CompileError",
+    "DtypeError",
+    "FileError",
     "InvalidIrError",
     "ParseError",
+    "PjrtError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "Receipt",
+    "Runtime",
+    "Segment",
     "StitchError",
     "__version__",
+    "call_jax",
+    "clear_cache",
     "format_module",
+    "jax_to_pt",
+    "last_receipt",
+    "pt_to_jax",
+    "reset_stats",
+    "runtime",
+    "stats",
 ]

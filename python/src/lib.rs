@@ -2,8 +2,19 @@
 //!
 //! Errors from the Rust crates are mapped to the `hlobridge.BridgeError`
 //! hierarchy in one place ([`errors`]).
+//!
+//! The runtime half, used by `hlobridge.call_jax`: the process-global PJRT
+//! client ([`runtime`]), compilation with a content-keyed cache
+//! ([`executable`]), zero-copy execution on raw host pointers ([`execute`],
+//! outputs as DLPack capsules from [`dlpack`]) and counters ([`stats`]).
 
+mod dlpack;
+mod dtype;
 mod errors;
+mod executable;
+mod execute;
+mod runtime;
+mod stats;
 
 use pyo3::prelude::*;
 
@@ -36,6 +47,17 @@ fn format_module(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(format_module, m)?)?;
+    m.add_class::<runtime::Runtime>()?;
+    m.add_class::<executable::Executable>()?;
+    m.add_function(wrap_pyfunction!(runtime::runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(executable::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(executable::clear_compile_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(execute::execute, m)?)?;
+    m.add_function(wrap_pyfunction!(stats::stats, m)?)?;
+    m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(stats::record_cache_hit, m)?)?;
+    m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;
+    m.add("VIEW_ALIGNMENT", execute::VIEW_ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,281 @@
+"""``call_jax``: run a JAX function on eager torch tensors through hlobridge's
+PJRT runtime, zero-copy in and out.
+
+How a call works:
+
+1. ``(args, kwargs)`` is flattened with :mod:`jax.tree_util`. Leaves that are
+   ``torch.Tensor`` are the array inputs; every other leaf (Python scalars,
+   strings, ``None``-free config values, ...) is **static**: it is baked into
+   the program and is part of the cache key, so it must be hashable.
+2. The per-function cache is looked up with the function, the pytree
+   structure, each tensor's dtype and shape, the static values and the JAX
+   x64 flag. On a hit nothing is traced or lowered.
+3. On a miss the function is lowered with ``jax.jit(..., keep_unused=True)``
+   for the runtime's platform and the StableHLO text is compiled through
+   :func:`hlobridge._native.compile`, whose cache is keyed by the module's
+   content (text + compile options). A function defined again with the same
+   body lowers to the same text and reuses the executable: a new function
+   object costs one lowering, never a second compilation.
+4. Inputs are handed to PJRT as pointers; 64-byte aligned tensors (every
+   fresh torch CPU allocation) are used in place, others are copied (and
+   counted). Outputs come back as DLPack capsules: the returned tensors alias
+   PJRT's buffers (``data_ptr()`` equals the buffer address in the receipt).
+
+Rules:
+
+- Tensors must be on the CPU (the runtime's platform); others raise
+  :class:`~hlobridge.ArgumentError`. Non-contiguous tensors (and complex
+  tensors with a lazy conjugate/negative bit) are copied explicitly with
+  ``.contiguous()``; the copy shows up in the receipt's ``input_copies`` and in
+  ``stats()["contiguous_copies"]``.
+- Supported dtypes: float16/32/64, bfloat16, int8/16/32/64, uint8/16/32/64,
+  bool, complex64/128; others raise :class:`~hlobridge.DtypeError`.
+- A new shape, dtype or static value means a new program: it is lowered and
+  compiled once, then cached like the first.
+- 64-bit inputs are lowered with ``jax_enable_x64`` turned on for that
+  lowering (JAX would otherwise silently truncate them); otherwise the
+  ambient JAX config applies.
+- Like ``jax.jit``, the function is assumed pure: values it closes over are
+  captured when it is first lowered for a signature.
+- Gradients do not flow through ``call_jax`` yet: calling it with tensors that
+  require grad while grad mode is on raises :class:`~hlobridge.ArgumentError`
+  (wrap the call in ``torch.no_grad()`` or pass detached tensors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import types
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from jax import tree_util
+
+from hlobridge import _native
+from hlobridge._native import ArgumentError, DtypeError
+from hlobridge.receipt import CacheOutcome, Segment, _record
+
+__all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
+
+_perf = time.perf_counter
+_from_dlpack = torch.from_dlpack
+_Tensor = torch.Tensor
+
+# torch dtype -> (MLIR element type, JAX dtype)
+_DTYPES: dict[torch.dtype, tuple[str, Any]] = {
+    torch.float32: ("f32", jnp.float32),
+    torch.float64: ("f64", jnp.float64),
+    torch.bfloat16: ("bf16", jnp.bfloat16),
+    torch.float16: ("f16", jnp.float16),
+    torch.int8: ("i8", jnp.int8),
+    torch.int16: ("i16", jnp.int16),
+    torch.int32: ("i32", jnp.int32),
+    torch.int64: ("i64", jnp.int64),
+    torch.uint8: ("ui8", jnp.uint8),
+    torch.uint16: ("ui16", jnp.uint16),
+    torch.uint32: ("ui32", jnp.uint32),
+    torch.uint64: ("ui64", jnp.uint64),
+    torch.bool: ("i1", jnp.bool_),
+    torch.complex64: ("complex<f32>", jnp.complex64),
+    torch.complex128: ("complex<f64>", jnp.complex128),
+}
+_CODES: dict[torch.dtype, int] = {t: _native.ELEMENT_TYPES[m] for t, (m, _) in _DTYPES.items()}
+_X64 = frozenset({torch.float64, torch.int64, torch.uint64, torch.complex128})
+_COMPLEX = frozenset({torch.complex64, torch.complex128})
+_OUT_DTYPES = frozenset(np.dtype(j) for _, j in _DTYPES.values())
+
+_counter_lock = threading.Lock()
+_contiguous_copies = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A compiled signature of one function."""
+
+    exe: _native.Executable
+    out_tree: Any
+    segments: tuple[Segment, ...]
+    platform: str
+    outcome: CacheOutcome
+    lower_s: float
+    compile_s: float
+
+
+# id(owner) -> (weakref to owner, or owner itself if it cannot be weakly
+# referenced, {key: _Entry}). The weakref callback drops the table when the
+# owner dies, before its id can be reused.
+_fn_tables: dict[int, tuple[Any, dict[Any, _Entry]]] = {}
+
+
+def _table(owner: Any) -> dict[Any, _Entry]:
+    rec = _fn_tables.get(id(owner))
+    if rec is not None:
+        return rec[1]
+    oid = id(owner)
+    ref: Any
+    try:
+        ref = weakref.ref(owner, lambda _r, oid=oid: _fn_tables.pop(oid, None))
+    except TypeError:
+        ref = owner  # keep it alive so that its id stays unique
+    table: dict[Any, _Entry] = {}
+    _fn_tables[oid] = (ref, table)
+    return table
+
+
+def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(*args, **kwargs)`` as a compiled JAX program on torch tensors.
+
+    ``args``/``kwargs`` are pytrees whose ``torch.Tensor`` leaves become JAX
+    arrays inside ``fn``; other leaves are static. Returns ``fn``'s output
+    pytree with every array leaf as a ``torch.Tensor`` that aliases the PJRT
+    output buffer. See the module docs for the rules, and
+    :func:`hlobridge.last_receipt` for what the call did.
+    """
+    global _contiguous_copies
+    t0 = _perf()
+    leaves, treedef = tree_util.tree_flatten((args, kwargs))
+    sig: list[Any] = []
+    ptrs: list[int] = []
+    shapes: list[Any] = []
+    codes: list[int] = []
+    owners: list[Any] = []
+    py_copies = 0
+    grad = torch.is_grad_enabled()
+    for leaf in leaves:
+        if isinstance(leaf, _Tensor):
+            dt = leaf.dtype
+            code = _CODES.get(dt)
+            if code is None:
+                raise DtypeError(f"call_jax: unsupported tensor dtype {dt} (supported: "
+                                 f"{', '.join(str(d) for d in _DTYPES)})")
+            if not leaf.is_cpu:
+                raise ArgumentError(f"call_jax: tensor on device {leaf.device}, but the hlobridge "
+                                    f"runtime is the CPU plugin; move it with .cpu()")
+            if grad and leaf.requires_grad:
+                raise ArgumentError("call_jax: gradients do not flow through call_jax yet; wrap "
+                                    "the call in torch.no_grad() or pass .detach()ed tensors")
+            if not leaf.is_contiguous() or (dt in _COMPLEX and (leaf.is_conj() or leaf.is_neg())):
+                leaf = leaf.resolve_conj().resolve_neg().contiguous()
+                py_copies += 1
+            shape = leaf.shape
+            sig.append((dt, shape))
+            ptrs.append(leaf.data_ptr())
+            shapes.append(shape)
+            codes.append(code)
+            owners.append(leaf)
+        else:
+            sig.append((type(leaf), leaf))
+    if isinstance(fn, types.MethodType):
+        owner, sub = fn.__self__, fn.__func__
+    else:
+        owner, sub = fn, None
+    key = (sub, treedef, tuple(sig), jax.config.jax_enable_x64)
+    try:
+        entry = _table(owner).get(key)
+    except TypeError:
+        raise _unhashable(leaves) from None
+    if entry is None:
+        entry = _build(fn, treedef, leaves)
+        _table(owner)[key] = entry
+        outcome, lower_s, compile_s = entry.outcome, entry.lower_s, entry.compile_s
+        st = _native.stats()
+        hits, compiles = st["cache_hits"], st["compiles"]
+    else:
+        outcome, lower_s, compile_s = "hit", 0.0, 0.0
+        hits, compiles = _native.record_cache_hit()
+    caps, out_ptrs, views, copies, run_s = _native.execute(entry.exe, ptrs, shapes, codes, owners)
+    result = entry.out_tree.unflatten([_from_dlpack(c) for c in caps])
+    if py_copies:
+        with _counter_lock:
+            _contiguous_copies += py_copies
+    _record((entry.platform, compiles, hits, outcome, entry.segments, views - py_copies,
+             copies + py_copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
+    return result
+
+
+def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
+    """Lower ``fn`` for this signature and compile it (or find it compiled)."""
+    is_tensor = [isinstance(leaf, _Tensor) for leaf in leaves]
+    statics = [None if t else leaf for t, leaf in zip(is_tensor, leaves)]
+    tensors = [leaf for t, leaf in zip(is_tensor, leaves) if t]
+
+    def main(*arrays: Any) -> Any:
+        it = iter(arrays)
+        full = [next(it) if t else s for t, s in zip(is_tensor, statics)]
+        a, kw = tree_util.tree_unflatten(treedef, full)
+        return fn(*a, **kw)
+
+    # A fixed name: the module name (and so the cache key) does not depend on
+    # what the function is called.
+    main.__name__ = main.__qualname__ = "main"
+    platform = _native.runtime().platform
+    sds = [jax.ShapeDtypeStruct(tuple(t.shape), _DTYPES[t.dtype][1]) for t in tensors]
+    need_x64 = any(t.dtype in _X64 for t in tensors) and not jax.config.jax_enable_x64
+    t0 = _perf()
+    with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
+        lowered = jax.jit(main, keep_unused=True).trace(*sds).lower(lowering_platforms=(platform,))
+        text = lowered.as_text()
+    lower_s = _perf() - t0
+    out_tree = lowered.out_tree
+    for i, info in enumerate(tree_util.tree_leaves(lowered.out_info)):
+        if np.dtype(info.dtype) not in _OUT_DTYPES:
+            raise DtypeError(f"call_jax: output {i} has dtype {info.dtype}, which torch cannot "
+                             f"receive (supported: {', '.join(str(d) for d in _DTYPES)})")
+    exe, hit = _native.compile(text)
+    if exe.num_outputs != out_tree.num_leaves:
+        raise ArgumentError(f"call_jax: the compiled program has {exe.num_outputs} outputs but "
+                            f"the function returns {out_tree.num_leaves} arrays")
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    seg = Segment(name=name, producer="jax", fingerprint=exe.fingerprint,
+                  num_inputs=len(tensors), num_outputs=exe.num_outputs)
+    return _Entry(exe=exe, out_tree=out_tree, segments=(seg,), platform=platform,
+                  outcome="content" if hit else "miss", lower_s=lower_s,
+                  compile_s=0.0 if hit else exe.compile_time_s)
+
+
+def _unhashable(leaves: list[Any]) -> ArgumentError:
+    for leaf in leaves:
+        if isinstance(leaf, _Tensor):
+            continue
+        try:
+            hash(leaf)
+        except TypeError:
+            kind = type(leaf).__module__ + "." + type(leaf).__qualname__
+            hint = (" (pass arrays as torch tensors, e.g. torch.from_numpy(a) or "
+                    "hlobridge.jax_to_pt(a))" if hasattr(leaf, "__array__") else "")
+            return ArgumentError(f"call_jax: non-tensor arguments are static and must be "
+                                 f"hashable; got an unhashable {kind}{hint}")
+    return ArgumentError("call_jax: the arguments cannot be used as a cache key")
+
+
+def clear_cache() -> None:
+    """Forget every compiled signature (per-function tables and the native
+    compile cache). Tensors returned earlier stay valid."""
+    _fn_tables.clear()
+    _native.clear_compile_cache()
+
+
+def stats() -> dict[str, int]:
+    """Process-wide counters: the native runtime's (``input_views``,
+    ``input_copies``, ``input_copied_bytes``, ``outputs``, ``compiles``,
+    ``cache_hits``, ``executions``) plus ``contiguous_copies`` (inputs that
+    ``call_jax`` made contiguous before handing them over)."""
+    d = _native.stats()
+    d["contiguous_copies"] = _contiguous_copies
+    return d
+
+
+def reset_stats() -> None:
+    """Reset every counter of :func:`stats` to zero."""
+    global _contiguous_copies
+    _native.reset_stats()
+    with _counter_lock:
+        _contiguous_copies = 0

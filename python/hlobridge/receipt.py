@@ -1,0 +1,74 @@
+"""Receipts: what the last hlobridge call on this thread did.
+
+A :class:`Receipt` says where a call ran (``platform``), whether it compiled or
+was served from a cache (``cache``; ``compiles`` and ``cache_hits`` are
+process-wide running totals at the time of the call), which segments the
+program is made of and who produced them, how many inputs were used in place
+(``input_views``) or copied (``input_copies``), where the outputs live
+(``output_pointers``: PJRT buffer addresses, equal to the returned tensors'
+``data_ptr()``), and how long lowering, compilation and the run took.
+
+Receipts are recorded per thread and built lazily: the hot path only stores a
+tuple, :func:`last_receipt` turns it into a :class:`Receipt`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+CacheOutcome = Literal["hit", "content", "miss"]
+"""``hit``: the per-function cache served the call (no lowering);
+``content``: the function was lowered again but an identical module was
+already compiled; ``miss``: the module was compiled."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of the compiled program."""
+
+    name: str
+    """The function's qualified name."""
+    producer: str
+    """Which frontend lowered it (``"jax"``, later ``"torch"``)."""
+    fingerprint: str
+    """Content fingerprint of the compiled module text and options."""
+    num_inputs: int
+    num_outputs: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What one call did (see the module docs)."""
+
+    platform: str
+    compiles: int
+    cache_hits: int
+    cache: CacheOutcome
+    segments: list[Segment]
+    input_views: int
+    input_copies: int
+    output_pointers: tuple[int, ...]
+    lower_time_s: float
+    compile_time_s: float
+    run_time_s: float
+    total_time_s: float
+
+
+_local = threading.local()
+
+
+def _record(raw: tuple[object, ...]) -> None:
+    """Store the raw fields of a receipt for this thread (hot path)."""
+    _local.raw = raw
+
+
+def last_receipt() -> Receipt | None:
+    """The receipt of this thread's last hlobridge call, or ``None``."""
+    raw = getattr(_local, "raw", None)
+    if raw is None:
+        return None
+    fields = list(raw)
+    fields[4] = list(fields[4])  # type: ignore[call-overload]  # segments: a fresh list
+    return Receipt(*fields)  # type: ignore[arg-type]

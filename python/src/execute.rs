@@ -1,0 +1,195 @@
+//! Running an [`Executable`] on host arrays given as raw pointers, with
+//! zero-copy inputs and outputs.
+//!
+//! Python passes each input as `(data pointer, shape, element type code,
+//! owner)`; the Rust side knows nothing about torch. An input whose pointer
+//! is 64-byte aligned (what the CPU plugin requires) becomes a PJRT view of
+//! that memory (`create_view`): no copy. The view's `on_delete` callback
+//! holds a reference to the owner (e.g. the torch tensor), so the memory
+//! stays alive for as long as PJRT may read it, even past this call. Any
+//! other input (unaligned, or empty) is copied into a fresh device buffer,
+//! and counted. The caller guarantees the memory is dense (C-contiguous)
+//! and valid for the shape's byte size.
+//!
+//! Outputs are exported with `Buffer::to_dlpack` (which waits until they
+//! are ready) and returned as DLPack capsules, so the consumer's tensors
+//! alias PJRT's buffers. The GIL is released for views, copies, execution
+//! and the wait.
+
+use crate::dlpack::Exported;
+use crate::dtype;
+use crate::errors::{pjrt_to_py, ArgumentError};
+use crate::executable::Executable;
+use crate::stats;
+use pjrt_client::{Buffer, ElementType};
+use pyo3::prelude::*;
+use std::os::raw::c_void;
+use std::time::Instant;
+
+/// Alignment the CPU plugin requires for zero-copy views.
+pub const VIEW_ALIGNMENT: usize = 64;
+
+/// One input, validated and ready to hand to PJRT.
+struct Input {
+    ptr: usize,
+    dims: Vec<i64>,
+    dtype: ElementType,
+    nbytes: usize,
+    /// `Some` for a view: moved into the view's `on_delete` callback.
+    owner: Option<PyObject>,
+}
+
+/// What one execution produced, before the GIL is re-acquired.
+struct Ran {
+    outputs: Vec<Exported>,
+    pointers: Vec<usize>,
+    views: Vec<Buffer>,
+    copies: usize,
+    copied_bytes: usize,
+    seconds: f64,
+}
+
+/// `(outputs, output_pointers, views, copies, seconds)`.
+type ExecuteResult = (Vec<PyObject>, Vec<usize>, usize, usize, f64);
+
+/// Runs `exe` on dense host arrays given by pointer. See the module docs.
+///
+/// Returns `(outputs, output_pointers, views, copies, seconds)`: DLPack
+/// capsules (consume with `torch.from_dlpack`), each output's PJRT buffer
+/// address (`PJRT_Buffer_UnsafePointer`), how many inputs were viewed and
+/// copied, and the wall time of views + copies + execution + wait.
+#[pyfunction]
+pub fn execute(
+    py: Python<'_>,
+    exe: &Bound<'_, Executable>,
+    pointers: Vec<usize>,
+    shapes: Vec<Vec<i64>>,
+    dtypes: Vec<i32>,
+    owners: Vec<PyObject>,
+) -> PyResult<ExecuteResult> {
+    let n = pointers.len();
+    if shapes.len() != n || dtypes.len() != n || owners.len() != n {
+        return Err(ArgumentError::new_err(format!(
+            "execute: pointers, shapes, dtypes and owners must have the same length \
+             (got {n}, {}, {}, {})",
+            shapes.len(),
+            dtypes.len(),
+            owners.len()
+        )));
+    }
+    let mut inputs = Vec::with_capacity(n);
+    let mut unused_owners = Vec::new();
+    for (i, (((ptr, dims), code), owner)) in pointers
+        .into_iter()
+        .zip(shapes)
+        .zip(dtypes)
+        .zip(owners)
+        .enumerate()
+    {
+        let dtype = dtype::from_code(code)?;
+        let nbytes = dtype
+            .host_size_of(&dims)
+            .ok_or_else(|| ArgumentError::new_err(format!("input {i}: invalid shape {dims:?}")))?;
+        if ptr == 0 && nbytes > 0 {
+            return Err(ArgumentError::new_err(format!(
+                "input {i}: null data pointer for {nbytes} bytes"
+            )));
+        }
+        let view = nbytes > 0 && ptr % VIEW_ALIGNMENT == 0;
+        let owner = if view {
+            Some(owner)
+        } else {
+            unused_owners.push(owner);
+            None
+        };
+        inputs.push(Input {
+            ptr,
+            dims,
+            dtype,
+            nbytes,
+            owner,
+        });
+    }
+    let compiled = exe.get().inner.clone();
+    let ran = py
+        .allow_threads(move || run(&compiled.exe, inputs))
+        .map_err(pjrt_to_py)?;
+    // Dropped with the GIL held: if PJRT releases the views now, the
+    // owners' references are released right away.
+    drop(ran.views);
+    drop(unused_owners);
+    stats::EXECUTIONS.add(1);
+    stats::INPUT_COPIES.add(ran.copies as u64);
+    stats::INPUT_COPIED_BYTES.add(ran.copied_bytes as u64);
+    stats::OUTPUTS.add(ran.outputs.len() as u64);
+    let nviews = n - ran.copies;
+    stats::INPUT_VIEWS.add(nviews as u64);
+    let mut caps = Vec::with_capacity(ran.outputs.len());
+    for o in ran.outputs {
+        caps.push(o.into_capsule(py)?);
+    }
+    Ok((caps, ran.pointers, nviews, ran.copies, ran.seconds))
+}
+
+fn run(exe: &pjrt_client::LoadedExecutable, inputs: Vec<Input>) -> pjrt_client::Result<Ran> {
+    let t0 = Instant::now();
+    let client = exe.client();
+    let mut bufs = Vec::with_capacity(inputs.len());
+    let mut views = Vec::new();
+    let mut copies = 0;
+    let mut copied_bytes = 0;
+    for inp in inputs {
+        let buf = match inp.owner {
+            Some(owner) => {
+                let keep = move || drop(owner);
+                // SAFETY: the caller guarantees `ptr` is valid, dense host
+                // memory of `nbytes` bytes owned by `owner`; the callback
+                // keeps `owner` alive until PJRT no longer uses the memory.
+                let b = unsafe {
+                    client.create_view(
+                        inp.ptr as *mut c_void,
+                        inp.dtype,
+                        &inp.dims,
+                        None,
+                        Some(Box::new(keep)),
+                    )?
+                };
+                views.push(b.clone());
+                b
+            }
+            None => {
+                let data: &[u8] = if inp.nbytes == 0 {
+                    &[]
+                } else {
+                    // SAFETY: the caller guarantees `ptr` is valid for
+                    // `nbytes` bytes for the duration of this call (its owner
+                    // is referenced by the caller's arguments), and the copy
+                    // below completes before we return.
+                    unsafe { std::slice::from_raw_parts(inp.ptr as *const u8, inp.nbytes) }
+                };
+                copies += 1;
+                copied_bytes += inp.nbytes;
+                client.buffer_from_host_bytes(data, inp.dtype, &inp.dims, None)?
+            }
+        };
+        bufs.push(buf);
+    }
+    let refs: Vec<&Buffer> = bufs.iter().collect();
+    let outs = exe.execute(&refs)?;
+    let mut pointers = Vec::with_capacity(outs.len());
+    let mut outputs = Vec::with_capacity(outs.len());
+    for o in &outs {
+        // to_dlpack waits until the output is ready, so once every output
+        // is exported the execution no longer reads the inputs.
+        outputs.push(Exported::new(o.to_dlpack()?));
+        pointers.push(o.unsafe_pointer()?);
+    }
+    Ok(Ran {
+        outputs,
+        pointers,
+        views,
+        copies,
+        copied_bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}

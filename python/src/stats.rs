@@ -1,0 +1,85 @@
+//! Process-wide runtime counters (views, copies, compiles, cache hits,
+//! executions), exposed to Python as `hlobridge._native.stats()`.
+//!
+//! Counters are relaxed atomics: they are monotonic tallies read by tests and
+//! receipts, never used for synchronisation.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One named counter.
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Current value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Inputs passed to PJRT as zero-copy views of caller memory.
+pub static INPUT_VIEWS: Counter = Counter::new();
+/// Inputs copied into a fresh device buffer (unaligned or empty).
+pub static INPUT_COPIES: Counter = Counter::new();
+/// Bytes copied for `INPUT_COPIES`.
+pub static INPUT_COPIED_BYTES: Counter = Counter::new();
+/// Outputs handed out zero-copy (DLPack capsules).
+pub static OUTPUTS: Counter = Counter::new();
+/// PJRT compilations actually performed.
+pub static COMPILES: Counter = Counter::new();
+/// Executables served by a cache instead of compiling (native compile cache
+/// and the Python per-function cache, which reports through
+/// [`record_cache_hit`]).
+pub static CACHE_HITS: Counter = Counter::new();
+/// Executions.
+pub static EXECUTIONS: Counter = Counter::new();
+
+const ALL: &[(&str, &Counter)] = &[
+    ("input_views", &INPUT_VIEWS),
+    ("input_copies", &INPUT_COPIES),
+    ("input_copied_bytes", &INPUT_COPIED_BYTES),
+    ("outputs", &OUTPUTS),
+    ("compiles", &COMPILES),
+    ("cache_hits", &CACHE_HITS),
+    ("executions", &EXECUTIONS),
+];
+
+/// The counters as a `dict[str, int]`.
+#[pyfunction]
+pub fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, c) in ALL {
+        d.set_item(name, c.get())?;
+    }
+    Ok(d)
+}
+
+/// Resets every counter to zero (tests).
+#[pyfunction]
+pub fn reset_stats() {
+    for (_, c) in ALL {
+        c.reset();
+    }
+}
+
+/// Counts one executable served from a cache outside the native compile
+/// cache (the Python per-function cache); returns the new totals
+/// `(cache_hits, compiles)`.
+#[pyfunction]
+pub fn record_cache_hit() -> (u64, u64) {
+    CACHE_HITS.add(1);
+    (CACHE_HITS.get(), COMPILES.get())
+}
