@@ -1,6 +1,15 @@
 """Type stubs of the native extension module."""
 
+from collections.abc import Sequence
+from typing_extensions import CapsuleType
+from typing import Final
+
 __version__: str
+
+ELEMENT_TYPES: Final[dict[str, int]]
+"""Every element type's MLIR spelling (``f32``, ``bf16``, ``i1``, ...) → raw PJRT code."""
+VIEW_ALIGNMENT: Final[int]
+"""Byte alignment an input needs to be used in place (zero-copy view)."""
 
 class BridgeError(Exception):
     """Base class of every hlobridge error."""
@@ -12,9 +21,120 @@ class InvalidIrError(BridgeError):
     """Structurally invalid IR for the requested operation."""
 
 class StitchError(BridgeError):
-    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
+    """A stitch plan is malformed, its seams do not type-check, it has a cycle, or segments conflict."""
+
+class FileError(BridgeError, OSError):
+    """Reading or writing a file failed (also an OSError)."""
+
+class PluginError(BridgeError):
+    """Finding or loading a PJRT plugin failed."""
+
+class PluginNotFoundError(PluginError):
+    """No PJRT plugin was found (set HLOBRIDGE_PLUGIN=/path/to/plugin.so)."""
+
+class PluginLoadError(PluginError):
+    """A PJRT plugin exists but cannot be loaded or has an incompatible API."""
+
+class PjrtError(BridgeError):
+    """A PJRT C API call failed; ``function`` and ``code`` name the call and its status."""
+
+    function: str
+    code: str
+
+class CompileError(PjrtError):
+    """Compiling a program with PJRT failed."""
+
+class ArgumentError(BridgeError):
+    """Invalid arguments: count, shape, device, size or memory layout."""
+
+class DtypeError(ArgumentError):
+    """An unsupported or mismatched element type."""
+
+class BufferDeletedError(BridgeError):
+    """A buffer was used after it was deleted or donated."""
 
 def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
 ) -> str:
     """Parse module text and print it back (pretty, or generic form)."""
+
+class Runtime:
+    """The process-wide PJRT runtime (one client on one plugin)."""
+
+    @property
+    def platform(self) -> str:
+        """Platform name (``cpu``, ``cuda``, ...)."""
+    @property
+    def platform_version(self) -> str:
+        """Platform version string."""
+    @property
+    def device_count(self) -> int:
+        """Number of addressable devices."""
+    @property
+    def plugin_path(self) -> str:
+        """Path of the loaded plugin."""
+    @property
+    def discovered_by(self) -> str:
+        """How the plugin was found (``entry_point``, ``HLOBRIDGE_PLUGIN``, ...)."""
+
+def runtime() -> Runtime:
+    """The process-wide runtime, created on first call (plugin discovery and
+    client creation run once, with the GIL released)."""
+
+class Executable:
+    """A compiled, loaded program."""
+
+    @property
+    def num_outputs(self) -> int:
+        """Number of outputs."""
+    @property
+    def output_dtypes(self) -> list[str]:
+        """Output element types (MLIR spellings)."""
+    @property
+    def output_shapes(self) -> list[list[int]]:
+        """Output shapes."""
+    @property
+    def fingerprint(self) -> str:
+        """Content fingerprint of the module text and compile options (hex)."""
+    @property
+    def compile_time_s(self) -> float:
+        """Seconds the PJRT compilation took."""
+    @property
+    def platform(self) -> str:
+        """Platform the executable runs on."""
+
+def compile(
+    text: str, xla_options: dict[str, bool | int | float | str] | None = None
+) -> tuple[Executable, bool]:
+    """Compile StableHLO module text (GIL released), or return the cached
+    executable for identical text and options. Returns ``(executable, cache_hit)``."""
+
+def clear_compile_cache() -> int:
+    """Drop every cached executable; returns how many there were."""
+
+def execute(
+    exe: Executable,
+    pointers: Sequence[int],
+    shapes: Sequence[Sequence[int]],
+    dtypes: Sequence[int],
+    owners: Sequence[object],
+) -> tuple[list[CapsuleType], list[int], int, int, float]:
+    """Run ``exe`` on dense host arrays given by data pointer, shape, element
+    type code (``ELEMENT_TYPES``) and owner (kept alive while PJRT uses the
+    memory). Aligned inputs are used in place, others copied.
+
+    Returns ``(outputs, output_pointers, views, copies, seconds)``: DLPack
+    capsules (consume with ``torch.from_dlpack``), each output's PJRT buffer
+    address, how many inputs were viewed / copied, and the run's wall time.
+    """
+
+def stats() -> dict[str, int]:
+    """Process-wide counters: input_views, input_copies, input_copied_bytes,
+    outputs, compiles, cache_hits, executions."""
+
+def reset_stats() -> None:
+    """Reset every counter to zero."""
+
+def record_cache_hit() -> tuple[int, int]:
+    """Count a cache hit served outside the native compile cache; returns the
+    new totals ``(cache_hits, compiles)``."""

@@ -7,18 +7,22 @@ CPU allocations are 64-byte aligned, so fresh tensors are shared).
 
 from __future__ import annotations
 
+from typing import cast
+
 import jax
-import torch
+import jax.dlpack
+from torch import Tensor
+from torch.utils.dlpack import from_dlpack
 
 __all__ = ["pt_to_jax", "jax_to_pt"]
 
 
-def pt_to_jax(t: torch.Tensor) -> jax.Array:
+def pt_to_jax(t: Tensor) -> jax.Array:
     """A JAX array sharing ``t``'s memory (``t`` must be contiguous and must
     not require grad; detach it first)."""
-    return jax.dlpack.from_dlpack(t)
+    return cast(jax.Array, jax.dlpack.from_dlpack(t))
 
 
-def jax_to_pt(a: jax.Array) -> torch.Tensor:
+def jax_to_pt(a: jax.Array) -> Tensor:
     """A torch tensor sharing ``a``'s buffer."""
-    return torch.from_dlpack(a)
+    return from_dlpack(a)

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import tree_util
+from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
@@ -66,7 +67,7 @@ from hlobridge.receipt import CacheOutcome, Segment, _record
 __all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
 
 _perf = time.perf_counter
-_from_dlpack = torch.from_dlpack
+_flatten = tree_util.tree_flatten
 _Tensor = torch.Tensor
 
 # torch dtype -> (MLIR element type, JAX dtype)
@@ -90,6 +91,8 @@ _DTYPES: dict[torch.dtype, tuple[str, Any]] = {
 _CODES: dict[torch.dtype, int] = {t: _native.ELEMENT_TYPES[m] for t, (m, _) in _DTYPES.items()}
 _X64 = frozenset({torch.float64, torch.int64, torch.uint64, torch.complex128})
 _COMPLEX = frozenset({torch.complex64, torch.complex128})
+# dtypes that never need a second look on the hot path
+_PLAIN = frozenset(_DTYPES) - _COMPLEX
 _OUT_DTYPES = frozenset(np.dtype(j) for _, j in _DTYPES.values())
 
 _counter_lock = threading.Lock()
@@ -101,6 +104,8 @@ class _Entry:
     """A compiled signature of one function."""
 
     exe: _native.Executable
+    shapes: list[tuple[int, ...]]
+    codes: list[int]
     out_tree: Any
     segments: tuple[Segment, ...]
     platform: str
@@ -121,8 +126,12 @@ def _table(owner: Any) -> dict[Any, _Entry]:
         return rec[1]
     oid = id(owner)
     ref: Any
+
+    def forget(_ref: object) -> None:
+        _fn_tables.pop(oid, None)
+
     try:
-        ref = weakref.ref(owner, lambda _r, oid=oid: _fn_tables.pop(oid, None))
+        ref = weakref.ref(owner, forget)
     except TypeError:
         ref = owner  # keep it alive so that its id stays unique
     table: dict[Any, _Entry] = {}
@@ -141,43 +150,28 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """
     global _contiguous_copies
     t0 = _perf()
-    leaves, treedef = tree_util.tree_flatten((args, kwargs))
+    leaves, treedef = _flatten((args, kwargs))
     sig: list[Any] = []
-    ptrs: list[int] = []
-    shapes: list[Any] = []
-    codes: list[int] = []
-    owners: list[Any] = []
+    ins: list[torch.Tensor] = []
     py_copies = 0
     grad = torch.is_grad_enabled()
     for leaf in leaves:
         if isinstance(leaf, _Tensor):
             dt = leaf.dtype
-            code = _CODES.get(dt)
-            if code is None:
-                raise DtypeError(f"call_jax: unsupported tensor dtype {dt} (supported: "
-                                 f"{', '.join(str(d) for d in _DTYPES)})")
-            if not leaf.is_cpu:
-                raise ArgumentError(f"call_jax: tensor on device {leaf.device}, but the hlobridge "
-                                    f"runtime is the CPU plugin; move it with .cpu()")
-            if grad and leaf.requires_grad:
-                raise ArgumentError("call_jax: gradients do not flow through call_jax yet; wrap "
-                                    "the call in torch.no_grad() or pass .detach()ed tensors")
-            if not leaf.is_contiguous() or (dt in _COMPLEX and (leaf.is_conj() or leaf.is_neg())):
-                leaf = leaf.resolve_conj().resolve_neg().contiguous()
-                py_copies += 1
-            shape = leaf.shape
-            sig.append((dt, shape))
-            ptrs.append(leaf.data_ptr())
-            shapes.append(shape)
-            codes.append(code)
-            owners.append(leaf)
+            if (dt not in _PLAIN or not leaf.is_cpu or not leaf.is_contiguous()
+                    or (grad and leaf.requires_grad)):
+                leaf, copied = _check_tensor(leaf, grad)
+                py_copies += copied
+            sig.append((dt, leaf.shape))
+            ins.append(leaf)
         else:
             sig.append((type(leaf), leaf))
     if isinstance(fn, types.MethodType):
         owner, sub = fn.__self__, fn.__func__
     else:
         owner, sub = fn, None
-    key = (sub, treedef, tuple(sig), jax.config.jax_enable_x64)
+    x64 = jax.config.read("jax_enable_x64")  # type: ignore[no-untyped-call]
+    key = (sub, treedef, tuple(sig), x64)
     try:
         entry = _table(owner).get(key)
     except TypeError:
@@ -191,7 +185,8 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     else:
         outcome, lower_s, compile_s = "hit", 0.0, 0.0
         hits, compiles = _native.record_cache_hit()
-    caps, out_ptrs, views, copies, run_s = _native.execute(entry.exe, ptrs, shapes, codes, owners)
+    caps, out_ptrs, views, copies, run_s = _native.execute(
+        entry.exe, [t.data_ptr() for t in ins], entry.shapes, entry.codes, ins)
     result = entry.out_tree.unflatten([_from_dlpack(c) for c in caps])
     if py_copies:
         with _counter_lock:
@@ -199,6 +194,24 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     _record((entry.platform, compiles, hits, outcome, entry.segments, views - py_copies,
              copies + py_copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
     return result
+
+
+def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int]:
+    """The slow path for one tensor: raise on what cannot be used, copy what
+    must be made dense. Returns the tensor to use and 1 if it is a copy."""
+    dt = t.dtype
+    if dt not in _CODES:
+        raise DtypeError(f"call_jax: unsupported tensor dtype {dt} (supported: "
+                         f"{', '.join(str(d) for d in _DTYPES)})")
+    if not t.is_cpu:
+        raise ArgumentError(f"call_jax: tensor on device {t.device}, but the hlobridge runtime "
+                            f"is the CPU plugin; move it with .cpu()")
+    if grad and t.requires_grad:
+        raise ArgumentError("call_jax: gradients do not flow through call_jax yet; wrap the "
+                            "call in torch.no_grad() or pass .detach()ed tensors")
+    if not t.is_contiguous() or (dt in _COMPLEX and (t.is_conj() or t.is_neg())):
+        return t.resolve_conj().resolve_neg().contiguous(), 1
+    return t, 0
 
 
 def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
@@ -217,8 +230,10 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
     # what the function is called.
     main.__name__ = main.__qualname__ = "main"
     platform = _native.runtime().platform
-    sds = [jax.ShapeDtypeStruct(tuple(t.shape), _DTYPES[t.dtype][1]) for t in tensors]
-    need_x64 = any(t.dtype in _X64 for t in tensors) and not jax.config.jax_enable_x64
+    sds = [jax.ShapeDtypeStruct(tuple(t.shape), _DTYPES[t.dtype][1])  # type: ignore[no-untyped-call]
+           for t in tensors]
+    x64 = jax.config.read("jax_enable_x64")  # type: ignore[no-untyped-call]
+    need_x64 = not x64 and any(t.dtype in _X64 for t in tensors)
     t0 = _perf()
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
         lowered = jax.jit(main, keep_unused=True).trace(*sds).lower(lowering_platforms=(platform,))
@@ -236,7 +251,8 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
     seg = Segment(name=name, producer="jax", fingerprint=exe.fingerprint,
                   num_inputs=len(tensors), num_outputs=exe.num_outputs)
-    return _Entry(exe=exe, out_tree=out_tree, segments=(seg,), platform=platform,
+    return _Entry(exe=exe, shapes=[tuple(t.shape) for t in tensors],
+                  codes=[_CODES[t.dtype] for t in tensors], out_tree=out_tree, segments=(seg,), platform=platform,
                   outcome="content" if hit else "miss", lower_s=lower_s,
                   compile_s=0.0 if hit else exe.compile_time_s)
 

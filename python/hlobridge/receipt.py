@@ -70,5 +70,5 @@ def last_receipt() -> Receipt | None:
     if raw is None:
         return None
     fields = list(raw)
-    fields[4] = list(fields[4])  # type: ignore[call-overload]  # segments: a fresh list
-    return Receipt(*fields)  # type: ignore[arg-type]
+    fields[4] = list(fields[4])  # segments: a fresh list
+    return Receipt(*fields)

@@ -22,18 +22,73 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyDict, PyTuple, PyType};
 
-create_exception!(_native, BridgeError, pyo3::exceptions::PyException, "Base class of every hlobridge error.");
-create_exception!(_native, ParseError, BridgeError, "Malformed StableHLO/MLIR text; the message names file:line:col.");
-create_exception!(_native, InvalidIrError, BridgeError, "Structurally invalid IR for the requested operation.");
+create_exception!(
+    _native,
+    BridgeError,
+    pyo3::exceptions::PyException,
+    "Base class of every hlobridge error."
+);
+create_exception!(
+    _native,
+    ParseError,
+    BridgeError,
+    "Malformed StableHLO/MLIR text; the message names file:line:col."
+);
+create_exception!(
+    _native,
+    InvalidIrError,
+    BridgeError,
+    "Structurally invalid IR for the requested operation."
+);
 create_exception!(_native, StitchError, BridgeError, "A stitch plan is malformed, its seams do not type-check, it has a cycle, or segments conflict.");
-create_exception!(_native, PluginError, BridgeError, "Finding or loading a PJRT plugin failed.");
-create_exception!(_native, PluginNotFoundError, PluginError, "No PJRT plugin was found (set HLOBRIDGE_PLUGIN=/path/to/plugin.so).");
-create_exception!(_native, PluginLoadError, PluginError, "A PJRT plugin exists but cannot be loaded or has an incompatible API.");
-create_exception!(_native, PjrtError, BridgeError, "A PJRT C API call failed; `function` and `code` name the call and its status.");
-create_exception!(_native, CompileError, PjrtError, "Compiling a program with PJRT failed.");
-create_exception!(_native, ArgumentError, BridgeError, "Invalid arguments: count, shape, device, size or memory layout.");
-create_exception!(_native, DtypeError, ArgumentError, "An unsupported or mismatched element type.");
-create_exception!(_native, BufferDeletedError, BridgeError, "A buffer was used after it was deleted or donated.");
+create_exception!(
+    _native,
+    PluginError,
+    BridgeError,
+    "Finding or loading a PJRT plugin failed."
+);
+create_exception!(
+    _native,
+    PluginNotFoundError,
+    PluginError,
+    "No PJRT plugin was found (set HLOBRIDGE_PLUGIN=/path/to/plugin.so)."
+);
+create_exception!(
+    _native,
+    PluginLoadError,
+    PluginError,
+    "A PJRT plugin exists but cannot be loaded or has an incompatible API."
+);
+create_exception!(
+    _native,
+    PjrtError,
+    BridgeError,
+    "A PJRT C API call failed; `function` and `code` name the call and its status."
+);
+create_exception!(
+    _native,
+    CompileError,
+    PjrtError,
+    "Compiling a program with PJRT failed."
+);
+create_exception!(
+    _native,
+    ArgumentError,
+    BridgeError,
+    "Invalid arguments: count, shape, device, size or memory layout."
+);
+create_exception!(
+    _native,
+    DtypeError,
+    ArgumentError,
+    "An unsupported or mismatched element type."
+);
+create_exception!(
+    _native,
+    BufferDeletedError,
+    BridgeError,
+    "A buffer was used after it was deleted or donated."
+);
 
 /// `FileError(BridgeError, OSError)`, built at module init (pyo3's
 /// `create_exception!` takes a single base).
@@ -50,7 +105,10 @@ fn file_error_type(py: Python<'_>) -> PyResult<&Py<PyType>> {
         )?;
         let ns = PyDict::new(py);
         ns.set_item("__module__", "_native")?;
-        ns.set_item("__doc__", "Reading or writing a file failed (also an OSError).")?;
+        ns.set_item(
+            "__doc__",
+            "Reading or writing a file failed (also an OSError).",
+        )?;
         let ty = py
             .get_type::<PyType>()
             .call1(("FileError", bases, ns))?
@@ -107,7 +165,9 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
         E::PluginLoad { .. } | E::NotAPjrtPlugin { .. } | E::IncompatibleApi { .. } => {
             PluginLoadError::new_err(msg)
         }
-        E::Unsupported { function } => with_attrs(PjrtError::new_err(msg), function, "Unimplemented"),
+        E::Unsupported { function } => {
+            with_attrs(PjrtError::new_err(msg), function, "Unimplemented")
+        }
         E::Pjrt { function, code, .. } => {
             let err = if function == "PJRT_Client_Compile" {
                 CompileError::new_err(msg)

@@ -32,14 +32,16 @@ fn format_module(
     let text = text.to_owned();
     let file = file.to_owned();
     let out = py.allow_threads(move || {
-        let m = hlobridge::parse_module_named(&file, &text)?;
+        // Boxed: the core error is large, and this is the cold path.
+        let m = hlobridge::parse_module_named(&file, &text)
+            .map_err(|e| Box::new(hlobridge::Error::from(e)))?;
         let opts = hlobridge::PrintOptions {
             generic,
             debug_info,
         };
-        Ok::<_, hlobridge::Error>(hlobridge::print_module(&m, &opts))
+        Ok::<_, Box<hlobridge::Error>>(hlobridge::print_module(&m, &opts))
     });
-    out.map_err(errors::to_py)
+    out.map_err(|e| errors::to_py(*e))
 }
 
 /// The `hlobridge._native` module.

@@ -1,0 +1,116 @@
+"""Per-call overhead of `hlobridge.call_jax` against `jax.jit` and torch eager.
+
+Two workloads, each run as:
+
+- ``hlobridge``: ``hb.call_jax(f, *torch_tensors)`` → torch tensors (zero-copy in
+  and out, compiled once, per-function cache hit on every call);
+- ``jax.jit``: ``jax.jit(f)(*jax_arrays).block_until_ready()`` on arrays that
+  already live in JAX (no conversion: the anchor);
+- ``jax.jit+dlpack``: what one writes by hand to run JAX on torch tensors:
+  ``torch.from_dlpack(jf(*map(jax.dlpack.from_dlpack, ts)))``;
+- ``torch eager``: the same computation in torch.
+
+Workloads: ``tiny`` (``x * 2 + 1`` on 8 floats: pure dispatch overhead) and
+``step128`` (a 128x128 torch→jax→torch update ``w - 0.01 * x.T @ tanh(x @ w)``).
+
+Each timing is the median over ``--reps`` batches of ``--batch`` calls; the
+table prints µs per call and ratios against ``jax.jit`` and torch eager, all
+measured in the same run.
+
+Run:  .venv/bin/python benches/call_jax_overhead.py [--reps 41] [--batch 200] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.dlpack
+import jax.numpy as jnp
+import torch
+
+import hlobridge as hb
+
+
+def tiny_jax(x: Any) -> Any:
+    return x * 2 + 1
+
+
+def tiny_torch(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+def step_jax(w: Any, x: Any) -> Any:
+    return w - 0.01 * (x.T @ jnp.tanh(x @ w))
+
+
+def step_torch(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return w - 0.01 * (x.T @ torch.tanh(x @ w))
+
+
+def median_us(fn: Callable[[], object], reps: int, batch: int) -> float:
+    for _ in range(max(3, batch // 10)):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        times.append((time.perf_counter() - t0) / batch)
+    return statistics.median(times) * 1e6
+
+
+def workload(name: str, fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
+             ts: list[torch.Tensor], reps: int, batch: int) -> dict[str, float]:
+    jf = jax.jit(fj)
+    js = [jnp.asarray(t.numpy()) for t in ts]
+    with torch.no_grad():
+        ref = ft(*ts)
+        out = hb.call_jax(fj, *ts)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        r = hb.last_receipt()
+        assert r is not None and r.input_copies == 0
+        variants = {
+            "hlobridge": lambda: hb.call_jax(fj, *ts),
+            "jax.jit": lambda: jf(*js).block_until_ready(),
+            "jax.jit+dlpack": lambda: torch.from_dlpack(
+                jf(*[jax.dlpack.from_dlpack(t) for t in ts])),
+            "torch eager": lambda: ft(*ts),
+        }
+        return {k: median_us(v, reps, batch) for k, v in variants.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=41, help="batches (the median is taken)")
+    ap.add_argument("--batch", type=int, default=200, help="calls per batch")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    a = ap.parse_args()
+    g = torch.Generator().manual_seed(0)
+    results = {
+        "tiny": workload("tiny", tiny_jax, tiny_torch, [torch.randn(8, generator=g)],
+                         a.reps, a.batch),
+        "step128": workload("step128", step_jax, step_torch,
+                            [torch.randn(128, 128, generator=g),
+                             torch.randn(128, 128, generator=g)], a.reps, a.batch // 4),
+    }
+    if a.json:
+        print(json.dumps(results, indent=2))
+        return
+    rt = hb.runtime()
+    print(f"call_jax overhead — platform {rt.platform}, torch {torch.__version__}, "
+          f"jax {jax.__version__}; median of {a.reps} batches")
+    print(f"{'workload':9} {'variant':15} {'µs/call':>9} {'÷ jax.jit':>10} {'÷ torch':>8}")
+    for wl, res in results.items():
+        for k, us in res.items():
+            print(f"{wl:9} {k:15} {us:9.2f} {us / res['jax.jit']:10.2f} "
+                  f"{us / res['torch eager']:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
