@@ -37,9 +37,10 @@ Rules:
   ambient JAX config applies.
 - Like ``jax.jit``, the function is assumed pure: values it closes over are
   captured when it is first lowered for a signature.
-- Gradients do not flow through ``call_jax`` yet: calling it with tensors that
-  require grad while grad mode is on raises :class:`~hlobridge.ArgumentError`
-  (wrap the call in ``torch.no_grad()`` or pass detached tensors).
+- Gradients flow: when grad mode is on and an argument requires grad, the
+  call becomes a ``torch.autograd.Function`` whose forward and backward are two
+  more compiled JAX programs built with ``jax.vjp`` (see
+  :mod:`hlobridge.autograd`). Otherwise outputs do not require grad.
 """
 
 from __future__ import annotations
@@ -115,12 +116,12 @@ class _Entry:
 
 
 # id(owner) -> (weakref to owner, or owner itself if it cannot be weakly
-# referenced, {key: _Entry}). The weakref callback drops the table when the
+# referenced, {key: _Entry, or an autograd plan for keys with a grad mask}). The weakref callback drops the table when the
 # owner dies, before its id can be reused.
-_fn_tables: dict[int, tuple[Any, dict[Any, _Entry]]] = {}
+_fn_tables: dict[int, tuple[Any, dict[Any, Any]]] = {}
 
 
-def _table(owner: Any) -> dict[Any, _Entry]:
+def _table(owner: Any) -> dict[Any, Any]:
     rec = _fn_tables.get(id(owner))
     if rec is not None:
         return rec[1]
@@ -134,7 +135,7 @@ def _table(owner: Any) -> dict[Any, _Entry]:
         ref = weakref.ref(owner, forget)
     except TypeError:
         ref = owner  # keep it alive so that its id stays unique
-    table: dict[Any, _Entry] = {}
+    table: dict[Any, Any] = {}
     _fn_tables[oid] = (ref, table)
     return table
 
@@ -154,14 +155,16 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     sig: list[Any] = []
     ins: list[torch.Tensor] = []
     py_copies = 0
+    needs_grad = False
     grad = torch.is_grad_enabled()
     for leaf in leaves:
         if isinstance(leaf, _Tensor):
             dt = leaf.dtype
             if (dt not in _PLAIN or not leaf.is_cpu or not leaf.is_contiguous()
                     or (grad and leaf.requires_grad)):
-                leaf, copied = _check_tensor(leaf, grad)
+                leaf, copied, track = _check_tensor(leaf, grad)
                 py_copies += copied
+                needs_grad |= track
             sig.append((dt, leaf.shape))
             ins.append(leaf)
         else:
@@ -176,6 +179,8 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         entry = _table(owner).get(key)
     except TypeError:
         raise _unhashable(leaves) from None
+    if needs_grad:
+        return call_with_grad(fn, owner, key, treedef, leaves)
     if entry is None:
         entry = _build(fn, treedef, leaves)
         _table(owner)[key] = entry
@@ -196,9 +201,10 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int]:
+def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int, bool]:
     """The slow path for one tensor: raise on what cannot be used, copy what
-    must be made dense. Returns the tensor to use and 1 if it is a copy."""
+    must be made dense. Returns the tensor to use, 1 if it is a copy, and
+    whether autograd must track the call."""
     dt = t.dtype
     if dt not in _CODES:
         raise DtypeError(f"call_jax: unsupported tensor dtype {dt} (supported: "
@@ -206,19 +212,21 @@ def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int]:
     if not t.is_cpu:
         raise ArgumentError(f"call_jax: tensor on device {t.device}, but the hlobridge runtime "
                             f"is the CPU plugin; move it with .cpu()")
-    if grad and t.requires_grad:
-        raise ArgumentError("call_jax: gradients do not flow through call_jax yet; wrap the "
-                            "call in torch.no_grad() or pass .detach()ed tensors")
+    track = grad and t.requires_grad
+    if track and dt in _COMPLEX:
+        raise ArgumentError("call_jax: gradients of complex tensors are not supported; pass "
+                            ".detach()ed tensors or call under torch.no_grad()")
     if not t.is_contiguous() or (dt in _COMPLEX and (t.is_conj() or t.is_neg())):
-        return t.resolve_conj().resolve_neg().contiguous(), 1
-    return t, 0
+        return t.detach().resolve_conj().resolve_neg().contiguous(), 1, track
+    return t, 0, track
 
 
-def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
-    """Lower ``fn`` for this signature and compile it (or find it compiled)."""
+def _rebuild(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> Callable[..., Any]:
+    """``main(*arrays)``: ``fn`` called on the pytree ``treedef`` with the
+    tensor leaves replaced by ``arrays`` and the static leaves kept. Named
+    ``main`` so that the lowered module does not depend on ``fn``'s name."""
     is_tensor = [isinstance(leaf, _Tensor) for leaf in leaves]
     statics = [None if t else leaf for t, leaf in zip(is_tensor, leaves)]
-    tensors = [leaf for t, leaf in zip(is_tensor, leaves) if t]
 
     def main(*arrays: Any) -> Any:
         it = iter(arrays)
@@ -226,9 +234,18 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
         a, kw = tree_util.tree_unflatten(treedef, full)
         return fn(*a, **kw)
 
-    # A fixed name: the module name (and so the cache key) does not depend on
-    # what the function is called.
     main.__name__ = main.__qualname__ = "main"
+    return main
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
+
+
+def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
+    """Lower ``fn`` for this signature and compile it (or find it compiled)."""
+    tensors = [leaf for leaf in leaves if isinstance(leaf, _Tensor)]
+    main = _rebuild(fn, treedef, leaves)
     platform = _native.runtime().platform
     sds = [jax.ShapeDtypeStruct(tuple(t.shape), _DTYPES[t.dtype][1])  # type: ignore[no-untyped-call]
            for t in tensors]
@@ -248,8 +265,7 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
     if exe.num_outputs != out_tree.num_leaves:
         raise ArgumentError(f"call_jax: the compiled program has {exe.num_outputs} outputs but "
                             f"the function returns {out_tree.num_leaves} arrays")
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    seg = Segment(name=name, producer="jax", fingerprint=exe.fingerprint,
+    seg = Segment(name=_name(fn), producer="jax", fingerprint=exe.fingerprint,
                   num_inputs=len(tensors), num_outputs=exe.num_outputs)
     return _Entry(exe=exe, shapes=[tuple(t.shape) for t in tensors],
                   codes=[_CODES[t.dtype] for t in tensors], out_tree=out_tree, segments=(seg,), platform=platform,
@@ -295,3 +311,6 @@ def reset_stats() -> None:
     _native.reset_stats()
     with _counter_lock:
         _contiguous_copies = 0
+
+
+from hlobridge.autograd import call_with_grad  # noqa: E402  (imports this module)
