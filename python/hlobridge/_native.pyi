@@ -21,7 +21,7 @@ class InvalidIrError(BridgeError):
     """Structurally invalid IR for the requested operation."""
 
 class StitchError(BridgeError):
-    """A stitch plan is malformed, its seams do not type-check, it has a cycle, or segments conflict."""
+    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
 
 class FileError(BridgeError, OSError):
     """Reading or writing a file failed (also an OSError)."""
