@@ -4,18 +4,26 @@ Two workloads, each run as:
 
 - ``hlobridge``: ``hb.call_jax(f, *torch_tensors)`` → torch tensors (zero-copy in
   and out, compiled once, per-function cache hit on every call);
+- ``native execute``: the runtime floor under ``call_jax``:
+  ``hlobridge._native.execute`` on prepared pointers + ``torch.from_dlpack``
+  (no pytree handling, no cache lookup, no receipt);
 - ``jax.jit``: ``jax.jit(f)(*jax_arrays).block_until_ready()`` on arrays that
   already live in JAX (no conversion: the anchor);
 - ``jax.jit+dlpack``: what one writes by hand to run JAX on torch tensors:
   ``torch.from_dlpack(jf(*map(jax.dlpack.from_dlpack, ts)))``;
 - ``torch eager``: the same computation in torch.
 
+``hlobridge`` minus ``native execute`` is the Python-side cost of ``call_jax``;
+``native execute`` against ``jax.jit`` compares the two XLA builds (the
+xla-cpu-pjrt plugin against jaxlib's own CPU client) as much as dispatch.
+
 Workloads: ``tiny`` (``x * 2 + 1`` on 8 floats: pure dispatch overhead) and
 ``step128`` (a 128x128 torch→jax→torch update ``w - 0.01 * x.T @ tanh(x @ w)``).
 
-Each timing is the median over ``--reps`` batches of ``--batch`` calls; the
-table prints µs per call and ratios against ``jax.jit`` and torch eager, all
-measured in the same run.
+Each timing is the median over ``--reps`` batches of ``--batch`` calls, the
+variants' batches interleaved round by round (so load from other processes
+affects all of them alike); the table prints µs per call and ratios against
+``jax.jit`` and torch eager, all measured in the same run.
 
 Run:  .venv/bin/python benches/call_jax_overhead.py [--reps 41] [--batch 200] [--json]
 """
@@ -33,8 +41,10 @@ import jax
 import jax.dlpack
 import jax.numpy as jnp
 import torch
+from torch.utils.dlpack import from_dlpack
 
 import hlobridge as hb
+from hlobridge import _native
 
 
 def tiny_jax(x: Any) -> Any:
@@ -53,19 +63,25 @@ def step_torch(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return w - 0.01 * (x.T @ torch.tanh(x @ w))
 
 
-def median_us(fn: Callable[[], object], reps: int, batch: int) -> float:
-    for _ in range(max(3, batch // 10)):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(batch):
+def median_us(variants: dict[str, Callable[[], object]], reps: int,
+              batch: int) -> dict[str, float]:
+    """Median µs per call of each variant. Batches are interleaved (one batch
+    of each variant per round), so load from other processes hits every
+    variant alike."""
+    for fn in variants.values():
+        for _ in range(max(3, batch // 10)):
             fn()
-        times.append((time.perf_counter() - t0) / batch)
-    return statistics.median(times) * 1e6
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            times[k].append((time.perf_counter() - t0) / batch)
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
 
 
-def workload(name: str, fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
+def workload(fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
              ts: list[torch.Tensor], reps: int, batch: int) -> dict[str, float]:
     jf = jax.jit(fj)
     js = [jnp.asarray(t.numpy()) for t in ts]
@@ -75,14 +91,19 @@ def workload(name: str, fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
         r = hb.last_receipt()
         assert r is not None and r.input_copies == 0
+        exe, _ = _native.compile(jf.lower(*js).as_text())
+        ptrs, shapes = [t.data_ptr() for t in ts], [tuple(t.shape) for t in ts]
+        codes = [_native.ELEMENT_TYPES["f32"]] * len(ts)
         variants = {
             "hlobridge": lambda: hb.call_jax(fj, *ts),
+            "native execute": lambda: [from_dlpack(c) for c in
+                                       _native.execute(exe, ptrs, shapes, codes, ts)[0]],
             "jax.jit": lambda: jf(*js).block_until_ready(),
-            "jax.jit+dlpack": lambda: torch.from_dlpack(
+            "jax.jit+dlpack": lambda: from_dlpack(
                 jf(*[jax.dlpack.from_dlpack(t) for t in ts])),
             "torch eager": lambda: ft(*ts),
         }
-        return {k: median_us(v, reps, batch) for k, v in variants.items()}
+        return median_us(variants, reps, batch)
 
 
 def main() -> None:
@@ -93,9 +114,9 @@ def main() -> None:
     a = ap.parse_args()
     g = torch.Generator().manual_seed(0)
     results = {
-        "tiny": workload("tiny", tiny_jax, tiny_torch, [torch.randn(8, generator=g)],
+        "tiny": workload(tiny_jax, tiny_torch, [torch.randn(8, generator=g)],
                          a.reps, a.batch),
-        "step128": workload("step128", step_jax, step_torch,
+        "step128": workload(step_jax, step_torch,
                             [torch.randn(128, 128, generator=g),
                              torch.randn(128, 128, generator=g)], a.reps, a.batch // 4),
     }
