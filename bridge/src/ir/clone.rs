@@ -15,10 +15,14 @@ pub struct Cloner<'a> {
     src: &'a Module,
     /// Destination module.
     pub dst: &'a mut Module,
-    types: FxHashMap<TypeId, TypeId>,
-    /// Source value → destination value. Pre-seed it to substitute values
-    /// (e.g. map an entry block argument to a handle).
-    pub values: FxHashMap<ValueId, ValueId>,
+    /// Source type index → destination type (dense memo).
+    types: Vec<Option<TypeId>>,
+    /// Source string index → destination string (dense memo).
+    syms: Vec<Option<Sym>>,
+    /// Source value index → destination value (dense memo). Pre-seed it
+    /// with [`Cloner::bind`] to substitute values (e.g. map an entry block
+    /// argument to a handle).
+    values: Vec<Option<ValueId>>,
     /// Symbol renames applied to symbol references (`@old` → `@new`) and
     /// to `@name` mentions inside verbatim dialect attributes.
     pub symbols: FxHashMap<String, String>,
@@ -47,11 +51,19 @@ impl<'a> Cloner<'a> {
         Cloner {
             src,
             dst,
-            types: FxHashMap::default(),
-            values: FxHashMap::default(),
+            types: vec![None; src.types.len()],
+            syms: vec![None; src.strings.len()],
+            values: vec![None; src.values.len()],
             symbols: FxHashMap::default(),
             loc_aliases,
             attr_aliases,
+        }
+    }
+
+    /// Map source value `src` to destination value `dst`.
+    pub fn bind(&mut self, src: ValueId, dst: ValueId) {
+        if let Some(slot) = self.values.get_mut(src.index()) {
+            *slot = Some(dst);
         }
     }
 
@@ -62,14 +74,20 @@ impl<'a> Cloner<'a> {
 
     /// Re-intern a string.
     pub fn sym(&mut self, s: Sym) -> Sym {
-        let text = self.src.str(s);
-        self.dst.sym(text)
+        if let Some(Some(d)) = self.syms.get(s.0 as usize) {
+            return *d;
+        }
+        let d = self.dst.sym(self.src.str(s));
+        if let Some(slot) = self.syms.get_mut(s.0 as usize) {
+            *slot = Some(d);
+        }
+        d
     }
 
     /// Copy a type.
     pub fn ty(&mut self, t: TypeId) -> TypeId {
-        if let Some(&d) = self.types.get(&t) {
-            return d;
+        if let Some(Some(d)) = self.types.get(t.index()) {
+            return *d;
         }
         let copied = match self.src.ty(t).clone() {
             Type::Complex(e) => Type::Complex(self.ty(e)),
@@ -91,7 +109,9 @@ impl<'a> Cloner<'a> {
             other => other,
         };
         let d = self.dst.intern_type(copied);
-        self.types.insert(t, d);
+        if let Some(slot) = self.types.get_mut(t.index()) {
+            *slot = Some(d);
+        }
         d
     }
 
@@ -155,7 +175,7 @@ impl<'a> Cloner<'a> {
     }
 
     /// Copy a list of named attributes.
-    pub fn named_attrs(&mut self, list: &[NamedAttr]) -> Vec<NamedAttr> {
+    pub fn named_attrs<C: FromIterator<NamedAttr>>(&mut self, list: &[NamedAttr]) -> C {
         list.iter()
             .map(|e| NamedAttr {
                 name: self.sym(e.name),
@@ -217,7 +237,8 @@ impl<'a> Cloner<'a> {
     /// Copy `op` (with its regions). Its operands must already be mapped
     /// (defined earlier in the copy, or pre-seeded in [`Cloner::values`]).
     pub fn op(&mut self, op: OpId) -> OpId {
-        let o = self.src.op(op).clone();
+        let src = self.src;
+        let o = src.op(op);
         let name = self.sym(o.name);
         let new = self.dst.add_op(name);
         let operands: SmallVec<[ValueId; 3]> = o.operands.iter().map(|v| self.value(*v)).collect();
@@ -227,15 +248,15 @@ impl<'a> Cloner<'a> {
         let loc = o.loc.map(|l| self.loc(l));
         {
             let d = self.dst.op_mut(new);
-            d.props = props.into();
-            d.attrs = attrs.into();
+            d.props = props;
+            d.attrs = attrs;
             d.loc = loc;
         }
         for &r in &o.results {
-            let ty = self.ty(self.src.value_type(r));
-            let hint = self.src.value(r).name.map(|s| self.sym(s));
+            let ty = self.ty(src.value_type(r));
+            let hint = src.value(r).name.map(|s| self.sym(s));
             let nv = self.dst.add_result(new, ty, hint);
-            self.values.insert(r, nv);
+            self.bind(r, nv);
         }
         for &r in &o.regions {
             self.region(r, new);
@@ -246,12 +267,12 @@ impl<'a> Cloner<'a> {
     /// The destination value for source value `v`; unmapped values (which
     /// only malformed IR has) become fresh placeholders of the same type.
     pub fn value(&mut self, v: ValueId) -> ValueId {
-        if let Some(&d) = self.values.get(&v) {
-            return d;
+        if let Some(Some(d)) = self.values.get(v.index()) {
+            return *d;
         }
         let ty = self.ty(self.src.value_type(v));
         let d = self.dst.add_value(ty, super::ValueDef::Pending, None);
-        self.values.insert(v, d);
+        self.bind(v, d);
         d
     }
 
@@ -271,7 +292,7 @@ impl<'a> Cloner<'a> {
                 let na = self.dst.add_block_arg(nb, ty, hint);
                 let loc = self.src.value(a).loc.map(|l| self.loc(l));
                 self.dst.values[na.index()].loc = loc;
-                self.values.insert(a, na);
+                self.bind(a, na);
             }
         }
         for &b in &blocks {

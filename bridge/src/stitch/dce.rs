@@ -48,11 +48,11 @@ fn is_removable(m: &Module, op: OpId) -> bool {
 /// (nested ones included) were removed.
 pub fn remove_dead_ops(m: &mut Module, block: BlockId) -> usize {
     // Use counts of every value, from all ops nested in the block.
-    let mut uses: FxHashMap<crate::ir::ValueId, usize> = FxHashMap::default();
-    for &op in &m.block(block).ops.clone() {
+    let mut uses: Vec<u32> = vec![0; m.values.len()];
+    for &op in &m.block(block).ops {
         m.walk(op, &mut |o| {
             for &v in &m.op(o).operands {
-                *uses.entry(v).or_default() += 1;
+                uses[v.index()] += 1;
             }
         });
     }
@@ -60,19 +60,13 @@ pub fn remove_dead_ops(m: &mut Module, block: BlockId) -> usize {
     let mut keep = vec![true; ops.len()];
     let mut removed = 0;
     for (i, &op) in ops.iter().enumerate().rev() {
-        let dead = m
-            .op(op)
-            .results
-            .iter()
-            .all(|r| uses.get(r).copied().unwrap_or(0) == 0);
+        let dead = m.op(op).results.iter().all(|r| uses[r.index()] == 0);
         if dead && is_removable(m, op) {
             keep[i] = false;
             m.walk(op, &mut |o| {
                 removed += 1;
                 for &v in &m.op(o).operands {
-                    if let Some(c) = uses.get_mut(&v) {
-                        *c = c.saturating_sub(1);
-                    }
+                    uses[v.index()] = uses[v.index()].saturating_sub(1);
                 }
             });
         }

@@ -51,6 +51,7 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
     }
 
     let mut dst = Module::new();
+    dst.reserve(p.segments.iter().map(|s| s.module.ops.len()).sum());
     let module_op = new_module_op(&mut dst, p)?;
     let body = dst.region(dst.op(module_op).regions[0]).blocks[0];
 
@@ -148,12 +149,47 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
             }
         }
 
+        // An inlined body loses its entry's parameter shardings unless they
+        // become sharding constraints on the values bound to them (a
+        // program input that already carries the same sharding needs none).
+        if inline {
+            for (i, h) in seg.inputs.iter().enumerate() {
+                let Some(sh) = port_sharding(&seg.module, &entry.arg_attrs[i]) else {
+                    continue;
+                };
+                let kind = seg.module.str(sh.name).to_string();
+                let value = cl.attr(sh.value);
+                if let Def::Input(k) = defs[h.as_str()] {
+                    let text = attr_text(cl.dst, value);
+                    if main_arg_attrs[k]
+                        .iter()
+                        .any(|a| cl.dst.str(a.name) == kind && attr_text(cl.dst, a.value) == text)
+                    {
+                        continue;
+                    }
+                }
+                args[i] = constrain(cl.dst, main_block, args[i], &kind, value);
+            }
+        }
+
         // The body: inlined, or a call.
         let mut op_count = 0;
         seg.module.walk(entry.func, &mut |_| op_count += 1);
         op_count -= 1;
         let results: Vec<ValueId> = if inline {
-            inline_entry(&mut cl, entry.func, &args, main_block)?
+            let mut results = inline_entry(&mut cl, entry.func, &args, main_block)?;
+            // Likewise the result shardings.
+            for (k, r) in results.iter_mut().enumerate() {
+                if out_names[si][k] == "_" {
+                    continue;
+                }
+                if let Some(sh) = port_sharding(&seg.module, &entry.res_attrs[k]) {
+                    let kind = seg.module.str(sh.name).to_string();
+                    let value = cl.attr(sh.value);
+                    *r = constrain(cl.dst, main_block, *r, &kind, value);
+                }
+            }
+            results
         } else {
             let call = cl.dst.add_op_named("func.call");
             let callee = cl.dst.sym(&entry_fn_name);
@@ -227,12 +263,46 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
         let name = dst.sym(name);
         main_arg_attrs[k].push(NamedAttr { name, value });
     }
+    // In a multi-device program, the ports of single-device segments
+    // (torch_xla, unsharded jax) hold whole arrays: program inputs and
+    // outputs bound only to such ports are replicated explicitly, or
+    // sharding propagation would be free to split them.
+    let single: Vec<bool> = p
+        .segments
+        .iter()
+        .map(|s| num_partitions(&s.module) <= 1)
+        .collect();
+    let multi = single.iter().any(|s| !s);
+    let mesh = first_mesh_name(&dst, body);
+    if multi {
+        for (k, inp) in p.inputs.iter().enumerate() {
+            let consumers_single = p
+                .segments
+                .iter()
+                .zip(&single)
+                .filter(|(s, _)| s.inputs.contains(&inp.name))
+                .all(|(_, &one)| one);
+            if consumers_single && port_sharding(&dst, &main_arg_attrs[k]).is_none() {
+                let a = replicated(&mut dst, mesh.as_deref(), input_types[k]);
+                main_arg_attrs[k].push(a);
+            }
+        }
+    }
     let mut res_attrs: Vec<Vec<NamedAttr>> = Vec::new();
     for o in &p.outputs {
         let mut list = handle_port_attrs
             .get(&o.handle)
             .cloned()
             .unwrap_or_default();
+        let from_single = match defs[o.handle.as_str()] {
+            Def::Input(_) => true,
+            Def::Segment(s, _) => single[s],
+        };
+        if multi && from_single && port_sharding(&dst, &list).is_none() {
+            let t = dst.value_type(handles[o.handle.as_str()]);
+            let a = replicated(&mut dst, mesh.as_deref(), t);
+            list.push(a);
+        }
         let label = o.name.clone().unwrap_or_else(|| o.handle.clone());
         let value = dst.add_attr(Attribute::String {
             escaped: escape(&label).into(),
@@ -264,6 +334,111 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
     })
 }
 
+/// The sharding attribute (`sdy.sharding` or `mhlo.sharding`) in a port's
+/// attribute list.
+fn port_sharding(m: &Module, attrs: &[NamedAttr]) -> Option<NamedAttr> {
+    attrs
+        .iter()
+        .find(|a| matches!(m.str(a.name), "sdy.sharding" | "mhlo.sharding"))
+        .copied()
+}
+
+/// `v` constrained to `sharding` (the value of a `kind` port attribute,
+/// already in `m`): `sdy.sharding_constraint` for Shardy, the
+/// `custom_call @Sharding` jax emits for GSPMD.
+fn constrain(
+    m: &mut Module,
+    block: crate::ir::BlockId,
+    v: ValueId,
+    kind: &str,
+    sharding: AttrId,
+) -> ValueId {
+    let ty = m.value_type(v);
+    let op = if kind == "sdy.sharding" {
+        let op = m.add_op_named("sdy.sharding_constraint");
+        let name = m.sym("sharding");
+        m.op_mut(op).props.push(NamedAttr {
+            name,
+            value: sharding,
+        });
+        op
+    } else {
+        let op = m.add_op_named("stablehlo.custom_call");
+        let target = m.add_attr(Attribute::String {
+            escaped: "Sharding".into(),
+            ty: None,
+        });
+        let name = m.sym("call_target_name");
+        m.op_mut(op).props.push(NamedAttr {
+            name,
+            value: target,
+        });
+        let name = m.sym("mhlo.sharding");
+        m.op_mut(op).attrs.push(NamedAttr {
+            name,
+            value: sharding,
+        });
+        op
+    };
+    m.op_mut(op).operands.push(v);
+    let r = m.add_result(op, ty, None);
+    m.push_op(block, op);
+    r
+}
+
+/// `mhlo.num_partitions` of a segment's module (1 when absent).
+fn num_partitions(m: &Module) -> i64 {
+    m.top_ops()
+        .filter(|&o| m.op_name(o) == "builtin.module")
+        .find_map(|o| m.op_attr(o, "mhlo.num_partitions"))
+        .and_then(|a| crate::dialects::common::get_int(m, a))
+        .unwrap_or(1)
+}
+
+/// The name of the first `sdy.mesh` in the fused module's body.
+fn first_mesh_name(m: &Module, body: crate::ir::BlockId) -> Option<String> {
+    m.block(body).ops.iter().find_map(|&op| {
+        if m.op_name(op) != "sdy.mesh" {
+            return None;
+        }
+        match m.op_attr(op, "sym_name").map(|a| m.attr(a)) {
+            Some(Attribute::String { escaped, .. }) => Some(escaped.to_string()),
+            _ => None,
+        }
+    })
+}
+
+/// A replicated sharding for a value of type `t`: over `mesh` (Shardy,
+/// every dimension closed and unsharded) or GSPMD's `{replicated}`.
+fn replicated(m: &mut Module, mesh: Option<&str>, t: TypeId) -> NamedAttr {
+    match mesh {
+        Some(mesh) => {
+            let rank = match m.ty(t) {
+                Type::Tensor { dims, .. } => dims.len(),
+                _ => 0,
+            };
+            let dims = vec!["{}"; rank].join(", ");
+            let value = m.add_attr(Attribute::Opaque(
+                format!("sdy.sharding<@{mesh}, [{dims}]>").into(),
+            ));
+            NamedAttr {
+                name: m.sym("sdy.sharding"),
+                value,
+            }
+        }
+        None => {
+            let value = m.add_attr(Attribute::String {
+                escaped: "{replicated}".into(),
+                ty: None,
+            });
+            NamedAttr {
+                name: m.sym("mhlo.sharding"),
+                value,
+            }
+        }
+    }
+}
+
 fn check_unique_names(p: &Program) -> Result<()> {
     let mut seen = FxHashSet::default();
     for s in &p.segments {
@@ -280,24 +455,30 @@ fn check_unique_names(p: &Program) -> Result<()> {
 fn find_entry(seg: &Segment) -> Result<Entry> {
     let m = &seg.module;
     let mut available = Vec::new();
+    // Functions are direct children of the top-level module(s): no deep walk.
     for top in m.top_ops() {
-        let mut found = None;
-        m.walk(top, &mut |op| {
-            if m.op_name(op) != "func.func" || found.is_some() {
-                return;
+        let candidates: Vec<OpId> = if m.op_name(top) == "func.func" {
+            vec![top]
+        } else {
+            m.op(top)
+                .regions
+                .iter()
+                .flat_map(|&r| m.region(r).blocks.iter())
+                .flat_map(|&b| m.block(b).ops.iter().copied())
+                .collect()
+        };
+        for op in candidates {
+            if m.op_name(op) != "func.func" {
+                continue;
             }
             if let Some(Attribute::String { escaped, .. }) =
                 m.op_attr(op, "sym_name").map(|a| m.attr(a))
             {
                 if **escaped == *seg.entry {
-                    found = Some(op);
-                } else {
-                    available.push(escaped.to_string());
+                    return entry_info(m, op, &seg.name);
                 }
+                available.push(escaped.to_string());
             }
-        });
-        if let Some(func) = found {
-            return entry_info(m, func, &seg.name);
         }
     }
     Err(Error::Plan(format!(
@@ -718,7 +899,7 @@ fn inline_entry(
     let m = cl_src(cl, func);
     let (entry_args, ops) = m;
     for (a, &v) in entry_args.iter().zip(args) {
-        cl.values.insert(*a, v);
+        cl.bind(*a, v);
     }
     let mut results = Vec::new();
     let last = ops.len().saturating_sub(1);
