@@ -21,17 +21,19 @@ Workloads: ``tiny`` (``x * 2 + 1`` on 8 floats: pure dispatch overhead) and
 ``step128`` (a 128x128 torch→jax→torch update ``w - 0.01 * x.T @ tanh(x @ w)``).
 
 Each timing is the median over ``--reps`` batches of ``--batch`` calls, the
-variants' batches interleaved round by round (so load from other processes
-affects all of them alike); the table prints µs per call and ratios against
+variants' batches interleaved in a random order each round (so load from
+other processes, and torch's and jaxlib's thread pools still spinning after
+their own batches, affect all of them alike); the table prints µs per call and ratios against
 ``jax.jit`` and torch eager, all measured in the same run.
 
-Run:  .venv/bin/python benches/call_jax_overhead.py [--reps 41] [--batch 200] [--json]
+Run:  .venv/bin/python benches/call_jax_overhead.py [--reps 101] [--batch 100] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -66,14 +68,18 @@ def step_torch(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def median_us(variants: dict[str, Callable[[], object]], reps: int,
               batch: int) -> dict[str, float]:
     """Median µs per call of each variant. Batches are interleaved (one batch
-    of each variant per round), so load from other processes hits every
-    variant alike."""
+    of each variant per round, in a fresh random order each round), so load
+    from other processes, and the thread pools that torch and jaxlib leave
+    spinning after their own batches, hit every variant alike."""
     for fn in variants.values():
         for _ in range(max(3, batch // 10)):
             fn()
     times: dict[str, list[float]] = {k: [] for k in variants}
+    order = list(variants.items())
+    rng = random.Random(0)
     for _ in range(reps):
-        for k, fn in variants.items():
+        rng.shuffle(order)
+        for k, fn in order:
             t0 = time.perf_counter()
             for _ in range(batch):
                 fn()
@@ -108,8 +114,8 @@ def workload(fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=41, help="batches (the median is taken)")
-    ap.add_argument("--batch", type=int, default=200, help="calls per batch")
+    ap.add_argument("--reps", type=int, default=101, help="batches (the median is taken)")
+    ap.add_argument("--batch", type=int, default=100, help="calls per batch")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     a = ap.parse_args()
     g = torch.Generator().manual_seed(0)
