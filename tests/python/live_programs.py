@@ -116,16 +116,22 @@ def ensure_generated(out_dir: Path = DEFAULT_OUT, force: bool = False, seed: int
             report.unlink(missing_ok=True)
             cmd = [sys.executable, str(HERE), "--worker", name, "--out", str(out_dir),
                    "--seed", str(seed), "--report", str(report)]
-            running[name] = (subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True), time.time())
+            # Output goes to a file: a pipe nobody reads until exit can fill
+            # up and block the worker, and an unclosed pipe warns under -W error.
+            log_path = out_dir / f".{name}.log"
+            with open(log_path, "w") as log_file:
+                proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+            running[name] = (proc, time.time())
         for name, (p, started) in list(running.items()):
             if p.poll() is None:
                 if time.time() - started > 300:
                     p.kill()
                 else:
                     continue
-            log = p.stdout.read() if p.stdout else ""
             p.wait()
+            log_path = out_dir / f".{name}.log"
+            log = log_path.read_text(errors="replace") if log_path.exists() else ""
+            log_path.unlink(missing_ok=True)
             del running[name]
             report = out_dir / f".{name}.json"
             if report.exists():
