@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job. Until call_jax lands: lower a live JAX program, then show
-# hlobridge parsing, inspecting and printing it back.
+# The main job: (1) a live JAX program parsed, inspected and printed back by
+# hlobridge; (2) a torch + JAX training step stitched into ONE program and run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.cache/demo
@@ -33,3 +33,7 @@ again = hlobridge.format_module(open(f"{d}/jax_mlp.pretty.mlir").read())
 assert again == open(f"{d}/jax_mlp.pretty.mlir").read(), "printer is not a fixpoint"
 print(f"round trip OK via the Python package (hlobridge {hlobridge.__version__})")
 PY
+
+echo
+echo "== A PyTorch model calling a JAX function, trained with a JAX optimizer update: ONE fused program"
+PJRT_DEVICE=CPU .venv/bin/python examples/hybrid_train_step.py 2> >(grep -v -E '^(WARNING: All log messages|I0000)' >&2)

@@ -138,3 +138,12 @@ def reset_stats() -> None:
 def record_cache_hit() -> tuple[int, int]:
     """Count a cache hit served outside the native compile cache; returns the
     new totals ``(cache_hits, compiles)``."""
+
+def stitch(
+    inputs: list[tuple[str, str, bool]],
+    segments: list[tuple[str, str, str, str, list[str], list[str]]],
+    outputs: list[str],
+    inline: bool = True,
+) -> tuple[str, str]:
+    """Merge segments ``(name, producer, module_text, entry, input_handles,
+    output_handles)`` into one module; returns ``(fused_text, report_json)``."""

@@ -15,6 +15,7 @@ mod executable;
 mod execute;
 mod runtime;
 mod stats;
+mod stitch;
 
 use pyo3::prelude::*;
 
@@ -58,6 +59,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::record_cache_hit, m)?)?;
+    m.add_function(wrap_pyfunction!(stitch::stitch, m)?)?;
     m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;
     m.add("VIEW_ALIGNMENT", execute::VIEW_ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

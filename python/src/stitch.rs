@@ -1,0 +1,47 @@
+//! `hlobridge._native.stitch`: merge StableHLO segments into one module
+//! with the Rust stitcher (GIL released), returning the fused text and the
+//! stitch report as JSON.
+
+use pyo3::prelude::*;
+
+/// One segment as passed from Python:
+/// `(name, producer, module_text, entry, input_handles, output_handles)`.
+type SegmentSpec = (String, String, String, String, Vec<String>, Vec<String>);
+
+/// Stitch `segments` into one module. `inputs` are `(name, type, donate)`;
+/// `outputs` are handle names.
+#[pyfunction]
+#[pyo3(signature = (inputs, segments, outputs, inline = true))]
+pub fn stitch(
+    py: Python<'_>,
+    inputs: Vec<(String, String, bool)>,
+    segments: Vec<SegmentSpec>,
+    outputs: Vec<String>,
+    inline: bool,
+) -> PyResult<(String, String)> {
+    let result = py.allow_threads(move || -> Result<(String, String), hlobridge::Error> {
+        use hlobridge::stitch::{stitch, PlanInput, PlanOutput, Program, Segment};
+        let mut program = Program::new().inline(inline);
+        program.inputs = inputs
+            .into_iter()
+            .map(|(name, ty, donate)| PlanInput { name, ty, donate })
+            .collect();
+        for (name, producer, text, entry, ins, outs) in segments {
+            let seg = Segment::from_text(&name, &format!("<segment {name}>"), &text)?
+                .entry(&entry)
+                .inputs(&ins)
+                .outputs(&outs)
+                .producer(&producer);
+            program.segments.push(seg);
+        }
+        program.outputs = outputs
+            .into_iter()
+            .map(|handle| PlanOutput { handle, name: None })
+            .collect();
+        let fused = stitch(&program)?;
+        let text = hlobridge::print_module(&fused.module, &hlobridge::PrintOptions::default());
+        let report = serde_json::to_string(&fused.report).unwrap_or_default();
+        Ok((text, report))
+    });
+    result.map_err(crate::errors::to_py)
+}
