@@ -241,3 +241,162 @@ fn errors_are_clear() {
         .to_string();
     insta::assert_snapshot!("error_bad_plan", bad_plan);
 }
+
+/// A Shardy segment (as jax lowers it: sharded parameters and results)
+/// between two single-device torch segments.
+const SHARDY_SEG: &str = r#"module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=4]>
+  func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<8x16xf32> {jax.result_info = "result", sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) {
+    %0 = stablehlo.tanh %arg0 : tensor<8x16xf32>
+    return %0 : tensor<8x16xf32>
+  }
+}
+"#;
+
+/// The same with GSPMD shardings.
+const GSPMD_SEG: &str = r#"module @jit_f attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8x16xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}) -> (tensor<8x16xf32> {jax.result_info = "result", mhlo.sharding = "{devices=[1,4]<=[4]}"}) {
+    %0 = stablehlo.tanh %arg0 : tensor<8x16xf32>
+    return %0 : tensor<8x16xf32>
+  }
+}
+"#;
+
+fn torch_sharded_torch(sharded: &str, inline: bool) -> String {
+    let p = Program::new()
+        .input("x", "tensor<8x16xf32>")
+        .input("w", "tensor<8x16xf32>")
+        .segment(
+            seg("pre", "torch_pre.mlir")
+                .inputs(&["x", "w"])
+                .outputs(&["h", "_"]),
+        )
+        .segment(
+            Segment::from_text("mid", "mid.mlir", sharded)
+                .unwrap()
+                .inputs(&["h"])
+                .outputs(&["a"]),
+        )
+        .segment(
+            seg("post", "torch_post.mlir")
+                .inputs(&["a", "x"])
+                .outputs(&["y"]),
+        )
+        .output("y")
+        .output("a")
+        .inline(inline);
+    let out = stitch(&p).unwrap();
+    let text = print(&out.module);
+    // The printed module parses back and is a fixpoint.
+    assert_eq!(print(&hlobridge::parse_module(&text).unwrap()), text);
+    text
+}
+
+#[test]
+fn inlined_shardy_segment_keeps_its_port_shardings_as_constraints() {
+    let text = torch_sharded_torch(SHARDY_SEG, true);
+    let ops = ops_in_main(&text);
+    // The parameter's sharding constrains the handle fed to it, the result's
+    // sharding the handle it defines.
+    assert!(
+        text.contains("sdy.sharding_constraint %1 <@mesh, [{\"x\"}, {}]> : tensor<8x16xf32>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("sdy.sharding_constraint %3 <@mesh, [{}, {\"x\"}]> : tensor<8x16xf32>"),
+        "{text}"
+    );
+    assert_eq!(
+        ops.iter()
+            .filter(|o| *o == "sdy.sharding_constraint")
+            .count(),
+        2,
+        "{ops:?}"
+    );
+    // The single-device torch ports hold whole arrays: replicated inputs and
+    // output; the jax output keeps its own sharding.
+    assert!(
+        text.contains("func.func public @main(%x: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}, %w: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>})"),
+        "{text}"
+    );
+    assert!(
+        text.contains("-> (tensor<8x16xf32> {jax.result_info = \"y\", sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}, tensor<8x16xf32> {jax.result_info = \"a\", sdy.sharding = #sdy.sharding<@mesh, [{}, {\"x\"}]>})"),
+        "{text}"
+    );
+    insta::assert_snapshot!("shardy_inlined", text);
+}
+
+#[test]
+fn called_shardy_segment_keeps_shardings_on_its_function() {
+    let text = torch_sharded_torch(SHARDY_SEG, false);
+    assert!(!text.contains("sdy.sharding_constraint"), "{text}");
+    assert!(
+        text.contains("func.func private @mid__main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"x\"}, {}]>})"),
+        "{text}"
+    );
+    assert!(
+        text.contains("%x: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn inlined_gspmd_segment_keeps_its_port_shardings_as_sharding_calls() {
+    let text = torch_sharded_torch(GSPMD_SEG, true);
+    assert!(
+        text.contains(
+            "stablehlo.custom_call @Sharding(%1) {mhlo.sharding = \"{devices=[4,1]<=[4]}\"}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "stablehlo.custom_call @Sharding(%3) {mhlo.sharding = \"{devices=[1,4]<=[4]}\"}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("%x: tensor<8x16xf32> {mhlo.sharding = \"{replicated}\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("jax.result_info = \"y\", mhlo.sharding = \"{replicated}\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn sharded_program_input_needs_no_constraint() {
+    let p = Program::new()
+        .input("x", "tensor<8x16xf32>")
+        .segment(
+            Segment::from_text("mid", "mid.mlir", SHARDY_SEG)
+                .unwrap()
+                .inputs(&["x"])
+                .outputs(&["a"]),
+        )
+        .segment(
+            Segment::from_text("mid2", "mid2.mlir", &SHARDY_SEG.replace("tanh", "sine"))
+                .unwrap()
+                .inputs(&["x"])
+                .outputs(&["b"]),
+        )
+        .output("a")
+        .output("b");
+    let text = print(&stitch(&p).unwrap().module);
+    // The input carries the parameter's sharding (once); only the results
+    // are constrained.
+    assert!(
+        text.contains("%x: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{\"x\"}, {}]>}"),
+        "{text}"
+    );
+    assert_eq!(text.matches("<@mesh, [{\"x\"}, {}]>").count(), 1, "{text}");
+    assert_eq!(text.matches("sdy.sharding_constraint").count(), 2, "{text}");
+}
+
+#[test]
+fn single_device_programs_get_no_sharding_attributes() {
+    let program = Program::from_plan_file(&fixtures().join("chain.toml")).unwrap();
+    let text = print(&stitch(&program).unwrap().module);
+    assert!(!text.contains("sharding"), "{text}");
+}
