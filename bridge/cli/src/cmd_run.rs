@@ -22,6 +22,15 @@ use std::time::Instant;
 pub struct RunArgs {
     /// The module to run (text form; `-` for standard input).
     pub file: PathBuf,
+    /// How to run it.
+    #[command(flatten)]
+    pub opts: RunOpts,
+}
+
+/// Plugin, devices, input bindings and outputs: shared by `run` and
+/// `stitch --run`.
+#[derive(Args, Clone)]
+pub struct RunOpts {
     /// PJRT plugin shared library (default: discovery: HLOBRIDGE_PLUGIN,
     /// PJRT_NAMES_AND_LIBRARY_PATHS, plugin wheels in ./.venv or python3).
     #[arg(long, value_name = "P")]
@@ -66,8 +75,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let m = hlobridge::parse_module_named(&name, &text).map_err(|e| format!("parse error: {e}"))?;
     let parse_time = t0.elapsed();
-    let receipt = run_module(&name, &m, parse_time, &a)?;
-    if a.json {
+    let receipt = run_module(&name, &m, parse_time, &a.opts)?;
+    if a.opts.json {
         println!("{receipt}");
     } else {
         print_receipt(&receipt);
@@ -81,7 +90,7 @@ pub(crate) fn run_module(
     name: &str,
     m: &Module,
     parse_time: std::time::Duration,
-    a: &RunArgs,
+    a: &RunOpts,
 ) -> Result<serde_json::Value, String> {
     // Bind inputs before touching the plugin, so binding errors are cheap.
     let params = hlobridge::conform::entry_params(&m).map_err(|e| e.to_string())?;

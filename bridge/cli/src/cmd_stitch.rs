@@ -3,7 +3,7 @@
 //! with a receipt (segments, handles, ops per segment, compile and run
 //! time, plugin).
 
-use crate::cmd_run::{print_receipt, run_module, RunArgs};
+use crate::cmd_run::{print_receipt, run_module, RunOpts};
 use clap::Args;
 use hlobridge::stitch::{stitch, Program};
 use std::path::PathBuf;
@@ -21,27 +21,12 @@ pub struct StitchArgs {
     /// Keep every segment as a called function instead of inlining it.
     #[arg(long)]
     pub no_inline: bool,
-    /// Print the fused module in MLIR's generic op form.
-    #[arg(long)]
-    pub generic: bool,
     /// Compile and run the fused module after stitching.
     #[arg(long)]
     pub run: bool,
-    /// PJRT plugin (with --run; default: discovery).
-    #[arg(long, value_name = "P")]
-    pub plugin: Option<PathBuf>,
-    /// Devices the client creates (with --run).
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub devices: usize,
-    /// Bind a program input (with --run): `NAME=FILE.npy` or `INDEX=FILE.npy`.
-    #[arg(long = "input", short = 'i', value_name = "NAME_OR_INDEX=FILE")]
-    pub inputs: Vec<String>,
-    /// Write program output `i` to `DIR/i.npy` (with --run).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Print the receipt as one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    /// With --run: how to run it (plugin, devices, inputs, outputs).
+    #[command(flatten)]
+    pub opts: RunOpts,
 }
 
 const STITCH_HELP: &str = "\
@@ -68,7 +53,7 @@ pub fn run(a: StitchArgs) -> Result<(), String> {
     let text = hlobridge::print_module(
         &stitched.module,
         &hlobridge::PrintOptions {
-            generic: a.generic,
+            generic: a.opts.generic,
             debug_info: true,
         },
     );
@@ -85,20 +70,11 @@ pub fn run(a: StitchArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let run_args = RunArgs {
-        file: a.plan.clone(),
-        plugin: a.plugin.clone(),
-        devices: a.devices,
-        inputs: a.inputs.clone(),
-        out: a.out.clone(),
-        generic: a.generic,
-        json: a.json,
-    };
     let name = format!("{} (stitched)", a.plan.display());
-    let mut receipt = run_module(&name, &stitched.module, stitch_time, &run_args)?;
+    let mut receipt = run_module(&name, &stitched.module, stitch_time, &a.opts)?;
     receipt["stitch_ms"] = (stitch_time.as_secs_f64() * 1e3).into();
     receipt["stitch"] = serde_json::to_value(&stitched.report).map_err(|e| e.to_string())?;
-    if a.json {
+    if a.opts.json {
         println!("{receipt}");
     } else {
         print!("{}", stitched.report);

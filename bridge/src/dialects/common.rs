@@ -21,10 +21,7 @@ pub fn parse_same_operands_and_result_type<'s>(
     p.c.expect(b':')?;
     p.c.ws();
     if p.c.cur() == Some(b'(') {
-        let (inputs, outs) = p.parse_function_type_parts()?;
-        let vals = p.resolve_operands(refs, &inputs)?;
-        p.push_operands(op, &vals);
-        results.extend(outs);
+        resolve_function_type(p, op, refs, results)?;
     } else {
         let t = p.parse_type()?;
         let types: smallvec::SmallVec<[TypeId; 4]> = smallvec::smallvec![t; refs.len()];
@@ -43,7 +40,17 @@ pub fn parse_functional_type<'s>(
     results: &mut ResultTypes,
 ) -> PResult<()> {
     p.c.expect(b':')?;
-    p.c.ws();
+    resolve_function_type(p, op, refs, results)
+}
+
+/// Parse `(T, ...) -> R` (the `:` already consumed), resolve `refs` against
+/// the inputs, and push the results.
+pub fn resolve_function_type<'s>(
+    p: &mut Parser<'s>,
+    op: OpId,
+    refs: &[OperandRef<'s>],
+    results: &mut ResultTypes,
+) -> PResult<()> {
     let (inputs, outs) = p.parse_function_type_parts()?;
     let vals = p.resolve_operands(refs, &inputs)?;
     p.push_operands(op, &vals);

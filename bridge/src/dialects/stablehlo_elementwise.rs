@@ -119,11 +119,7 @@ fn parse_select(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PRes
     p.c.expect(b':')?;
     p.c.ws();
     if p.c.cur() == Some(b'(') {
-        let (inputs, outs) = p.parse_function_type_parts()?;
-        let vals = p.resolve_operands(&refs, &inputs)?;
-        p.push_operands(op, &vals);
-        results.extend(outs);
-        return Ok(());
+        return super::common::resolve_function_type(p, op, &refs, results);
     }
     let types = p.parse_type_list()?;
     if types.len() != 2 {
@@ -168,11 +164,7 @@ fn parse_complex(p: &mut Parser<'_>, op: OpId, results: &mut ResultTypes) -> PRe
     p.c.expect(b':')?;
     p.c.ws();
     if p.c.cur() == Some(b'(') {
-        let (inputs, outs) = p.parse_function_type_parts()?;
-        let vals = p.resolve_operands(&refs, &inputs)?;
-        p.push_operands(op, &vals);
-        results.extend(outs);
-        return Ok(());
+        return super::common::resolve_function_type(p, op, &refs, results);
     }
     let start = p.c.pos;
     let result = p.parse_type()?;

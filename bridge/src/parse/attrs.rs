@@ -262,13 +262,7 @@ impl<'s> Parser<'s> {
         }
         self.c.pos += 1;
         if self.c.cur() == Some(b'"') {
-            let start = self.c.pos;
-            let body = self.c.string()?;
-            if is_bare_ident(body) {
-                return Ok(self.m.sym(body));
-            }
-            let text = self.c.slice(start, self.c.pos);
-            return Ok(self.m.sym(text));
+            return self.parse_quoted_name();
         }
         match self.c.suffix_id() {
             Some(s) => Ok(self.m.sym(s)),
@@ -326,18 +320,27 @@ impl<'s> Parser<'s> {
     pub fn parse_attr_name(&mut self) -> PResult<Sym> {
         self.c.ws();
         if self.c.cur() == Some(b'"') {
-            let start = self.c.pos;
-            let body = self.c.string()?;
-            if is_bare_ident(body) {
-                return Ok(self.m.sym(body));
-            }
-            let text = self.c.slice(start, self.c.pos);
-            return Ok(self.m.sym(text));
+            return self.parse_quoted_name();
         }
         match self.c.ident() {
             Some(id) => Ok(self.m.sym(id)),
             None => self.c.expected("attribute name"),
         }
+    }
+}
+
+impl Parser<'_> {
+    /// A quoted name (`"..."`): interned without quotes when it could have
+    /// been written bare (so `"foo"` and `foo` are the same name), else with
+    /// its quotes.
+    fn parse_quoted_name(&mut self) -> PResult<Sym> {
+        let start = self.c.pos;
+        let body = self.c.string()?;
+        if is_bare_ident(body) {
+            return Ok(self.m.sym(body));
+        }
+        let text = self.c.slice(start, self.c.pos);
+        Ok(self.m.sym(text))
     }
 }
 
