@@ -610,7 +610,7 @@ PLANS: list[PlanSpec] = [
     PlanSpec(
         "sharded_shardy",
         "torch export -> Shardy-sharded jax (num_partitions = 4; sdy.sharding on args, sharding_constraint, "
-        "shard_map psum, func.call) -> Shardy elementwise -> torch combine; run on 4 CPU devices",
+        "shard_map psum, func.call) -> Shardy elementwise -> torch lazy trace; run on 4 CPU devices",
         [In("x", "tensor<8x32xf32>"), In("w", "tensor<32x32xf32>", ("normal", 0.3))],
         [ew_seg("t_pre", "8x32", "x", "h"),
          ew_seg("t_pre_w", "32x32", "w", "w1"),
