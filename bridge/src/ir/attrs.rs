@@ -5,6 +5,11 @@
 
 use super::{AttrId, LocId, TypeId};
 use crate::intern::Sym;
+use compact_str::CompactString;
+
+/// Literal text of an attribute: short literals (most numbers and splat
+/// bodies) are stored inline, without a heap allocation.
+pub type LiteralText = CompactString;
 
 /// One `name = value` entry of an attribute dictionary.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,21 +39,21 @@ pub enum Attribute {
     /// An integer literal with optional `: type` (default `i64`).
     Integer {
         /// The literal as written (decimal or hex, with sign).
-        text: Box<str>,
+        text: LiteralText,
         /// The explicit type, if written.
         ty: Option<TypeId>,
     },
     /// A float literal with optional `: type` (default `f64`).
     Float {
         /// The literal as written (decimal, exponent or hex bit pattern).
-        text: Box<str>,
+        text: LiteralText,
         /// The explicit type, if written.
         ty: Option<TypeId>,
     },
     /// A string literal with optional `: type`; escapes kept verbatim.
     String {
         /// The string body between the quotes, still escaped.
-        escaped: Box<str>,
+        escaped: LiteralText,
         /// The explicit type, if written.
         ty: Option<TypeId>,
     },
@@ -70,7 +75,7 @@ pub enum Attribute {
     /// `dense<...> : type`; the body between the angle brackets verbatim.
     Dense {
         /// The body text, e.g. `"0x0000803F"` or `[[1.0, 2.0]]`.
-        body: Box<str>,
+        body: LiteralText,
         /// The shaped type.
         ty: TypeId,
     },
