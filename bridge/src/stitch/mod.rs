@@ -9,9 +9,12 @@
 //! number of segments, and program outputs are handles.
 
 mod dce;
+mod emit;
+mod graph;
 mod merge;
 mod plan;
 mod report;
+mod sharding;
 
 pub use merge::stitch;
 pub use plan::{Plan, PlanInput, PlanOutput, PlanSegment};
