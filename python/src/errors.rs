@@ -40,7 +40,12 @@ create_exception!(
     BridgeError,
     "Structurally invalid IR for the requested operation."
 );
-create_exception!(_native, StitchError, BridgeError, "A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict.");
+create_exception!(
+    _native,
+    StitchError,
+    BridgeError,
+    "A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."
+);
 create_exception!(
     _native,
     PluginError,
