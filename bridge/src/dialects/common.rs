@@ -155,7 +155,9 @@ pub fn get_enum<'m>(m: &'m Module, a: AttrId, dialect: &str, kind: &str) -> Opti
     let rest = rest.strip_prefix(kind)?.strip_prefix(' ')?;
     let v = rest.strip_suffix('>')?;
     // Printed as a bare keyword: must be a non-empty identifier.
-    if v.as_bytes().first().is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
+    if v.as_bytes()
+        .first()
+        .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
         && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     {
         Some(v)

@@ -28,6 +28,10 @@ pub struct Cloner<'a> {
     pub symbols: FxHashMap<String, String>,
     loc_aliases: FxHashMap<Sym, LocId>,
     attr_aliases: FxHashMap<Sym, AttrId>,
+    /// `dst` started as a clone of `src`, so every id is shared: nothing is
+    /// copied, [`Cloner::op`] moves the op (rewriting bound operands) and
+    /// symbol renames are applied in place ([`Cloner::rename_in_place`]).
+    identity: bool,
 }
 
 impl<'a> Cloner<'a> {
@@ -57,6 +61,59 @@ impl<'a> Cloner<'a> {
             symbols: FxHashMap::default(),
             loc_aliases,
             attr_aliases,
+            identity: false,
+        }
+    }
+
+    /// A cloner for a `dst` that is a clone of `src` (see
+    /// [`Module::adopt`]): ids map to themselves and ops are moved, so
+    /// taking over a large module costs a bulk copy, not an op-by-op one.
+    pub fn adopting(src: &'a Module, dst: &'a mut Module) -> Self {
+        let mut c = Cloner::new(src, dst);
+        c.identity = true;
+        c
+    }
+
+    /// Apply [`Cloner::symbols`] to the symbol references and `@name`
+    /// mentions of every attribute that came from `src` (identity mode).
+    pub fn rename_in_place(&mut self) {
+        if !self.identity || self.symbols.is_empty() {
+            return;
+        }
+        for i in 0..self.src.attrs.len().min(self.dst.attrs.len()) {
+            let renamed = match &self.dst.attrs[i] {
+                Attribute::SymbolRef(parts) => {
+                    let Some(&first) = parts.first() else {
+                        continue;
+                    };
+                    let Some(new) = self.symbols.get(self.dst.str(first)).cloned() else {
+                        continue;
+                    };
+                    let mut parts = parts.clone();
+                    parts[0] = self.dst.sym(&new);
+                    Attribute::SymbolRef(parts)
+                }
+                Attribute::Opaque(text) if text.contains('@') => {
+                    Attribute::Opaque(self.rename_in_text(text).into())
+                }
+                _ => continue,
+            };
+            self.dst.attrs[i] = renamed;
+        }
+    }
+
+    /// Identity mode: point the operands of `op` and everything nested in
+    /// it at the values bound with [`Cloner::bind`].
+    fn rebind_operands(&mut self, op: OpId) {
+        let mut nested = Vec::new();
+        self.dst.walk(op, &mut |o| nested.push(o));
+        for o in nested {
+            for i in 0..self.dst.ops[o.index()].operands.len() {
+                let v = self.dst.ops[o.index()].operands[i];
+                if let Some(Some(b)) = self.values.get(v.index()) {
+                    self.dst.ops[o.index()].operands[i] = *b;
+                }
+            }
         }
     }
 
@@ -74,6 +131,9 @@ impl<'a> Cloner<'a> {
 
     /// Re-intern a string.
     pub fn sym(&mut self, s: Sym) -> Sym {
+        if self.identity {
+            return s;
+        }
         if let Some(Some(d)) = self.syms.get(s.0 as usize) {
             return *d;
         }
@@ -86,6 +146,9 @@ impl<'a> Cloner<'a> {
 
     /// Copy a type.
     pub fn ty(&mut self, t: TypeId) -> TypeId {
+        if self.identity {
+            return t;
+        }
         if let Some(Some(d)) = self.types.get(t.index()) {
             return *d;
         }
@@ -117,6 +180,9 @@ impl<'a> Cloner<'a> {
 
     /// Copy an attribute (aliases are resolved to their definitions).
     pub fn attr(&mut self, a: AttrId) -> AttrId {
+        if self.identity {
+            return a;
+        }
         let copied = match self.src.attr(a).clone() {
             Attribute::Integer { text, ty } => Attribute::Integer {
                 text,
@@ -212,6 +278,9 @@ impl<'a> Cloner<'a> {
 
     /// Copy a location (aliases are resolved to their definitions).
     pub fn loc(&mut self, l: LocId) -> LocId {
+        if self.identity {
+            return l;
+        }
         let copied = match self.src.loc(l).clone() {
             Location::Name { name, child } => Location::Name {
                 name,
@@ -237,6 +306,10 @@ impl<'a> Cloner<'a> {
     /// Copy `op` (with its regions). Its operands must already be mapped
     /// (defined earlier in the copy, or pre-seeded in [`Cloner::values`]).
     pub fn op(&mut self, op: OpId) -> OpId {
+        if self.identity {
+            self.rebind_operands(op);
+            return op;
+        }
         let src = self.src;
         let o = src.op(op);
         let name = self.sym(o.name);
@@ -267,6 +340,9 @@ impl<'a> Cloner<'a> {
     /// The destination value for source value `v`; unmapped values (which
     /// only malformed IR has) become fresh placeholders of the same type.
     pub fn value(&mut self, v: ValueId) -> ValueId {
+        if self.identity {
+            return self.values.get(v.index()).copied().flatten().unwrap_or(v);
+        }
         if let Some(Some(d)) = self.values.get(v.index()) {
             return *d;
         }

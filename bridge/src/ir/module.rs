@@ -153,6 +153,16 @@ impl Module {
         self.attrs.reserve(ops / 2);
     }
 
+    /// A copy of `src` to build a new module on: all of `src`'s arenas
+    /// (so its ids stay valid here) but none of its top-level items except
+    /// alias definitions and metadata. Used by the stitcher to take over
+    /// the largest segment with a bulk copy.
+    pub fn adopt(src: &Module) -> Module {
+        let mut m = src.clone();
+        m.top.retain(|t| !matches!(t, TopItem::Op(_)));
+        m
+    }
+
     // ----- strings -----
 
     /// Intern a string.

@@ -156,6 +156,7 @@ pub(super) fn copy_functions(
         }
     }
     let entry_name = format!("{prefix}{}", seg.entry);
+    cl.rename_in_place();
     for op in funcs {
         if op == entry && inline {
             continue;

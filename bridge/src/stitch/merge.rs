@@ -38,20 +38,44 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
         }
     }
 
-    let mut dst = Module::new();
-    dst.reserve(p.segments.iter().map(|s| s.module.ops.len()).sum());
-    let module_op = new_module_op(&mut dst, p)?;
-    let body = dst.region(dst.op(module_op).regions[0]).blocks[0];
-
-    // Meshes: equal ones merge, same name with different content conflicts.
-    let mesh_renames = merge_meshes(p, &mut dst, body)?;
-
     // How often each distinct segment body is used: reused ones become
     // one function called many times.
     let mut uses: FxHashMap<u64, usize> = FxHashMap::default();
     for s in &p.segments {
         *uses.entry(s.content_hash).or_default() += 1;
     }
+
+    // The fused module is built on a bulk copy of the largest segment that
+    // is inlined exactly once; every other segment is copied op by op.
+    let base = p
+        .segments
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            p.inline
+                && uses[&s.content_hash] == 1
+                && dst_entry_blocks(&s.module, entries[*i].func) == 1
+        })
+        .max_by_key(|(_, s)| s.module.ops.len())
+        .map(|(i, _)| i);
+    let mut dst = match base {
+        Some(b) => Module::adopt(&p.segments[b].module),
+        None => Module::new(),
+    };
+    dst.reserve(
+        p.segments
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != base)
+            .map(|(_, s)| s.module.ops.len())
+            .sum::<usize>()
+            + 16,
+    );
+    let module_op = new_module_op(&mut dst, p)?;
+    let body = dst.region(dst.op(module_op).regions[0]).blocks[0];
+
+    // Meshes: equal ones merge, same name with different content conflicts.
+    let mesh_renames = merge_meshes(p, &mut dst, body)?;
 
     // The fused @main.
     let main = dst.add_op_named("func.func");
@@ -85,7 +109,11 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
         let reused = uses[&seg.content_hash] > 1;
         let single_block = dst_entry_blocks(&seg.module, entry.func) == 1;
         let inline = p.inline && !reused && single_block;
-        let mut cl = Cloner::new(&seg.module, &mut dst);
+        let mut cl = if Some(si) == base {
+            Cloner::adopting(&seg.module, &mut dst)
+        } else {
+            Cloner::new(&seg.module, &mut dst)
+        };
         cl.symbols = mesh_renames[si].clone();
         let prefix = format!("{}__", sanitize(&seg.name));
 
@@ -366,18 +394,29 @@ fn handle_reports(
         Def::Input(i) => (0, *i, 0),
         Def::Segment(s, k) => (1, *s, *k),
     });
+    // Consumers of every handle, in segment order, in one pass.
+    let mut consumers_of: FxHashMap<&str, Vec<String>> = FxHashMap::default();
+    for s in &p.segments {
+        let mut seen = rustc_hash::FxHashSet::default();
+        for h in &s.inputs {
+            if seen.insert(h.as_str()) {
+                consumers_of
+                    .entry(h.as_str())
+                    .or_default()
+                    .push(s.name.clone());
+            }
+        }
+    }
+    for o in &p.outputs {
+        let list = consumers_of.entry(o.handle.as_str()).or_default();
+        if list.last().map(String::as_str) != Some("output") {
+            list.push("output".into());
+        }
+    }
     names
         .into_iter()
         .map(|(name, d)| {
-            let mut consumers: Vec<String> = p
-                .segments
-                .iter()
-                .filter(|s| s.inputs.iter().any(|h| h == name))
-                .map(|s| s.name.clone())
-                .collect();
-            if p.outputs.iter().any(|o| &o.handle == name) {
-                consumers.push("output".into());
-            }
+            let consumers = consumers_of.remove(name.as_str()).unwrap_or_default();
             let (producer, donated) = match d {
                 Def::Input(i) => ("input".to_string(), p.inputs[*i].donate),
                 Def::Segment(s, _) => (p.segments[*s].name.clone(), false),
