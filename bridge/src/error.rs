@@ -28,32 +28,49 @@ pub enum Error {
     #[error("stitch plan: {0}")]
     Plan(String),
     /// A seam joins ports of different types.
-    #[error(
-        "seam type mismatch at handle '{handle}': {producer} {producer_port} has type {producer_type}, \
-but {consumer} {consumer_port} expects {consumer_type}"
-    )]
-    SeamMismatch {
-        /// The handle.
-        handle: String,
-        /// Producing segment (or `program input`).
-        producer: String,
-        /// Producing port.
-        producer_port: String,
-        /// Its type.
-        producer_type: String,
-        /// Consuming segment.
-        consumer: String,
-        /// Consuming port.
-        consumer_port: String,
-        /// The type it expects.
-        consumer_type: String,
-    },
+    #[error("{0}")]
+    SeamMismatch(Box<SeamMismatch>),
     /// Handles form a cycle.
     #[error("stitch plan has a cycle: {0}")]
     Cycle(String),
     /// Two segments disagree on a module-level setting or a mesh.
     #[error("conflict: {0}")]
     Conflict(String),
+}
+
+/// The two sides of a seam whose types differ.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeamMismatch {
+    /// The handle.
+    pub handle: String,
+    /// Producing segment (or `program input`).
+    pub producer: String,
+    /// Producing port.
+    pub producer_port: String,
+    /// Its type.
+    pub producer_type: String,
+    /// Consuming segment.
+    pub consumer: String,
+    /// Consuming port.
+    pub consumer_port: String,
+    /// The type it expects.
+    pub consumer_type: String,
+}
+
+impl fmt::Display for SeamMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seam type mismatch at handle '{}': {} {} has type {}, but {} {} expects {}",
+            self.handle,
+            self.producer,
+            self.producer_port,
+            self.producer_type,
+            self.consumer,
+            self.consumer_port,
+            self.consumer_type
+        )
+    }
 }
 
 /// A parse failure with its location in the source text.

@@ -15,7 +15,7 @@ pub mod parse;
 pub mod print;
 pub mod stitch;
 
-pub use error::{Error, ParseError, Result};
+pub use error::{Error, ParseError, Result, SeamMismatch};
 pub use ir::Module;
 pub use parse::{parse_module, parse_module_named, parse_type_into};
 pub use print::{print_module, PrintOptions};

@@ -93,7 +93,7 @@ pub(crate) fn run_module(
     a: &RunOpts,
 ) -> Result<serde_json::Value, String> {
     // Bind inputs before touching the plugin, so binding errors are cheap.
-    let params = hlobridge::conform::entry_params(&m).map_err(|e| e.to_string())?;
+    let params = hlobridge::conform::entry_params(m).map_err(|e| e.to_string())?;
     let mut bound: Vec<Option<(PathBuf, Npy)>> = (0..params.len()).map(|_| None).collect();
     for spec in &a.inputs {
         let (key, path) = spec
@@ -103,7 +103,7 @@ pub(crate) fn run_module(
         if bound[idx].is_some() {
             return Err(format!("--input {key}: parameter {idx} is bound twice"));
         }
-        let (ty, dims) = tensor_info(&m, params[idx].0)
+        let (ty, dims) = tensor_info(m, params[idx].0)
             .map_err(|e| format!("parameter {idx} ({}): {e}", params[idx].1[0]))?;
         let npy = read_npy(Path::new(path), Some(ty))
             .map_err(|e| format!("--input {key}: {path}: {e}"))?;
@@ -112,7 +112,7 @@ pub(crate) fn run_module(
                 "--input {key}: {path}: shape {:?} does not match parameter {idx} ({}: {}): {e}",
                 npy.shape,
                 params[idx].1[0],
-                hlobridge::print::type_to_string(&m, params[idx].0)
+                hlobridge::print::type_to_string(m, params[idx].0)
             )
         })?;
         bound[idx] = Some((PathBuf::from(path), npy));
@@ -121,14 +121,14 @@ pub(crate) fn run_module(
         return Err(format!(
             "missing input for parameter {i} ({}: {}); pass --input {i}=FILE.npy or --input {}=FILE.npy",
             params[i].1.join(" / "),
-            hlobridge::print::type_to_string(&m, params[i].0),
+            hlobridge::print::type_to_string(m, params[i].0),
             params[i].1[0],
         ));
     }
     let inputs: Vec<Npy> = bound.into_iter().flatten().map(|(_, n)| n).collect();
 
     let program = hlobridge::print_module(
-        &m,
+        m,
         &hlobridge::PrintOptions {
             generic: a.generic,
             debug_info: true,
@@ -140,7 +140,7 @@ pub(crate) fn run_module(
         &ClientOptions::new().cpu_device_count(a.devices.max(1) as i64),
     )
     .map_err(|e| format!("creating PJRT client: {e}"))?;
-    let options = compile_options(&m);
+    let options = compile_options(m);
     let need = options.num_partitions * options.num_replicas;
     if need > client.device_count() {
         return Err(format!(
@@ -157,9 +157,9 @@ pub(crate) fn run_module(
     let compile_time = t1.elapsed();
 
     let t2 = Instant::now();
-    let global: Option<Vec<Vec<i64>>> = hlobridge::conform::entry_results(&m).ok().map(|ts| {
+    let global: Option<Vec<Vec<i64>>> = hlobridge::conform::entry_results(m).ok().map(|ts| {
         ts.iter()
-            .map(|&t| tensor_info(&m, t).map(|(_, d)| d).unwrap_or_default())
+            .map(|&t| tensor_info(m, t).map(|(_, d)| d).unwrap_or_default())
             .collect()
     });
     let outputs = execute(&client, &exe, &inputs, global.as_deref())?;

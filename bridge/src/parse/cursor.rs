@@ -310,12 +310,11 @@ impl<'s> Cursor<'s> {
                 Some(b'"') => break,
                 Some(b'\\') => match src.get(p + 1) {
                     Some(b'"' | b'\\' | b'n' | b't') => p += 2,
-                    Some(c) if c.is_ascii_hexdigit() => {
-                        if src.get(p + 2).is_some_and(|c| c.is_ascii_hexdigit()) {
-                            p += 3;
-                        } else {
-                            return self.err_at(p, "invalid escape in string literal");
-                        }
+                    Some(c)
+                        if c.is_ascii_hexdigit()
+                            && src.get(p + 2).is_some_and(|c| c.is_ascii_hexdigit()) =>
+                    {
+                        p += 3;
                     }
                     _ => return self.err_at(p, "invalid escape in string literal"),
                 },

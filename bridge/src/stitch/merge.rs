@@ -372,7 +372,7 @@ fn seam_error(
             format!("output {k} ({})", entries[s].port_names[k]),
         ),
     };
-    Error::SeamMismatch {
+    Error::SeamMismatch(Box::new(crate::error::SeamMismatch {
         handle: handle.to_string(),
         producer,
         producer_port,
@@ -380,7 +380,7 @@ fn seam_error(
         consumer: format!("segment '{}'", p.segments[consumer].name),
         consumer_port: format!("input {param}"),
         consumer_type: type_to_string(dst, want),
-    }
+    }))
 }
 
 fn handle_reports(
