@@ -185,11 +185,7 @@ impl<'s> Parser<'s> {
         }
         let mut it = types.iter();
         for g in groups {
-            let hint = if g.name.bytes().all(|b| b.is_ascii_digit()) {
-                None
-            } else {
-                Some(self.m.sym(g.name))
-            };
+            let hint = name_hint(g.name).map(|h| self.m.sym(h));
             let mut vals: SmallVec<[ValueId; 1]> = SmallVec::new();
             for _ in 0..g.count {
                 let ty = *it.next().unwrap_or(&types[0]);
@@ -498,11 +494,7 @@ impl<'s> Parser<'s> {
 
     fn define_block_args(&mut self, b: BlockId, args: &[ArgDef<'s>]) -> PResult<()> {
         for a in args {
-            let hint = if a.name.bytes().all(|c| c.is_ascii_digit()) {
-                None
-            } else {
-                Some(self.m.sym(a.name))
-            };
+            let hint = name_hint(a.name).map(|h| self.m.sym(h));
             let v = self.m.add_block_arg(b, a.ty, hint);
             self.m.values[v.index()].loc = a.loc;
             let mut one: SmallVec<[ValueId; 1]> = SmallVec::new();
@@ -528,6 +520,25 @@ impl<'s> Parser<'s> {
         self.format_cache.insert(name, (f, sym));
         Some((f, sym))
     }
+}
+
+/// The printer's name hint for a value written `%name`: none for MLIR's
+/// plain numbers, and without the `_N` uniquing suffix MLIR adds to repeated
+/// names (`%cst_12` → `cst`), since the printer re-uniquifies the same way.
+/// Interning only the base keeps the string table small.
+fn name_hint(name: &str) -> Option<&str> {
+    let b = name.as_bytes();
+    if b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let digits = b.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    if digits > 0 && digits < b.len() - 1 && b[b.len() - digits - 1] == b'_' {
+        let base = &name[..b.len() - digits - 1];
+        if !base.bytes().all(|c| c.is_ascii_digit()) {
+            return Some(base);
+        }
+    }
+    Some(name)
 }
 
 /// Find the custom format for a bare op name, applying default dialects

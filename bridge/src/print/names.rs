@@ -22,6 +22,9 @@ pub struct Names {
 #[derive(Default)]
 struct ScopeState {
     next_num: u32,
+    /// One uniquing counter per scope shared by every name, as MLIR has
+    /// (`%cst`, `%cst_0`, ..., `%c_388`).
+    next_suffix: u32,
     next_arg: u32,
     used: FxHashSet<Box<str>>,
 }
@@ -58,13 +61,12 @@ impl Names {
         let name: Box<str> = if !s.used.contains(base) {
             base.into()
         } else {
-            let mut k = 0u32;
             loop {
-                let cand = format!("{base}_{k}");
+                let cand = format!("{base}_{}", s.next_suffix);
+                s.next_suffix += 1;
                 if !s.used.contains(cand.as_str()) {
                     break cand.into();
                 }
-                k += 1;
             }
         };
         s.used.insert(name.clone());
