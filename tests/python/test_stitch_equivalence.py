@@ -43,6 +43,7 @@ import pytest
 
 import harness
 import stitch_plans as SP
+import stitch_runners as SR
 
 BASE_SEED = int(os.environ.get("HLOBRIDGE_STITCH_SEED") or random.SystemRandom().randrange(1 << 31))
 DEFAULT_TOL = SP.Tol(1e-5, 1e-6, "default")
@@ -81,11 +82,11 @@ def prepared(spec: SP.PlanSpec, live, binary, root: Path):
         d = root / spec.name
         if d.exists():
             shutil.rmtree(d)
-        built = SP.build(spec, live_dir, live_meta, d)
-        seed = SP.test_seed(BASE_SEED, spec.name)
-        files = SP.write_inputs(built, seed, d / "inputs")
+        built = SR.build(spec, live_dir, live_meta, d)
+        seed = SR.test_seed(BASE_SEED, spec.name)
+        files = SR.write_inputs(built, seed, d / "inputs")
         try:
-            ref, types = SP.run_reference(binary, built, files, d / "ref")
+            ref, types = SR.run_reference(binary, built, files, d / "ref")
             _PREPARED[spec.name] = (built, seed, files, ref, types, None)
         except Exception as e:  # noqa: BLE001 -- reported by each test of the plan
             _PREPARED[spec.name] = (built, seed, files, None, None, e)
@@ -129,7 +130,7 @@ def main_signature(text: str) -> str:
     return next((line for line in text.splitlines() if re.match(r"\s*func\.func (public )?@main\(", line)), "")
 
 
-def check_receipt(built: SP.Built, receipt: dict, fused_text: str, types: dict, inline: bool) -> list[str]:
+def check_receipt(built: SR.Built, receipt: dict, fused_text: str, types: dict, inline: bool) -> list[str]:
     spec = built.spec
     problems = []
 
@@ -234,7 +235,7 @@ def test_fused_equals_segments(spec, inline, live, stitch_binary, workroot):
         pytest.fail(f"{ctx}\nreference run failed: {err}")
     out = workroot / spec.name / ("inline" if inline else "no_inline")
     try:
-        receipt, outs, fused_text = SP.run_fused(stitch_binary, built, files, out, inline)
+        receipt, outs, fused_text = SR.run_fused(stitch_binary, built, files, out, inline)
     except RuntimeError as e:
         pytest.fail(f"{ctx}\nfused run failed: {e}")
     problems = check_receipt(built, receipt, fused_text, types, inline)
@@ -258,7 +259,7 @@ def test_plan_inventory(live):
         features.setdefault(feature, []).append(plan.name)
 
     for p in plans:
-        paths = [SP.resolve_module(s.module, live_dir, live_meta)[0] for s in p.segments]
+        paths = [SR.resolve_module(s.module, live_dir, live_meta)[0] for s in p.segments]
         texts = [x.read_text() for x in paths]
         producers = [s.producer for s in p.segments]
         if any(a == "torch" and b == "jax" for a, b in zip(producers, producers[1:])) and \
