@@ -4,23 +4,12 @@
 //! pretty form and `chlo_sdy.generic.mlir` its generic form of the same
 //! module.
 
-use hlobridge::{parse_module, print_module, PrintOptions};
-use std::path::PathBuf;
+mod common;
+use common::fmt;
+use hlobridge::parse_module;
 
 fn fixture(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/formats")
-        .join(name);
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn fmt(src: &str, generic: bool) -> String {
-    let m = parse_module(src).unwrap_or_else(|e| panic!("{e}"));
-    let opts = PrintOptions {
-        generic,
-        ..PrintOptions::default()
-    };
-    print_module(&m, &opts)
+    common::fixture("formats", name)
 }
 
 /// Replace the result bindings (`%a, %b =`, `%0:2 =`) by `%_ =` and every

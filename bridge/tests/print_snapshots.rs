@@ -1,11 +1,10 @@
 //! insta snapshots of printed IR (pretty and generic) for small modules,
 //! plus the round-trip properties on each.
 
+mod common;
+
 fn fixture(name: &str) -> String {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/seeds")
-        .join(name);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    common::fixture("seeds", name)
 }
 
 fn print(text: &str, generic: bool, debug_info: bool) -> String {
