@@ -61,7 +61,9 @@ WORKERS = {
 # ------------------------------------------------------------------ driver --
 
 
-def _versions() -> dict:
+def framework_versions() -> dict:
+    """Installed versions of the frameworks that produce the live modules
+    (part of every cache key that depends on them)."""
     from importlib import metadata
 
     out = {}
@@ -75,7 +77,7 @@ def _versions() -> dict:
 
 def cache_key() -> str:
     h = hashlib.sha256(HERE.read_bytes())
-    h.update(json.dumps(_versions(), sort_keys=True).encode())
+    h.update(json.dumps(framework_versions(), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -145,7 +147,7 @@ def ensure_generated(out_dir: Path = DEFAULT_OUT, force: bool = False, seed: int
     man = {
         "key": key,
         "seed": seed,
-        "versions": _versions(),
+        "versions": framework_versions(),
         "seconds": round(time.time() - t0, 2),
         "worker_errors": errors,
         "programs": sorted(results, key=lambda e: e["name"]),

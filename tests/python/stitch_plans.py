@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from live_programs import framework_versions
+
 HERE = Path(__file__).resolve()
 REPO_ROOT = HERE.parents[2]
 CACHE_ROOT = Path(os.environ.get("HLOBRIDGE_CACHE_DIR", REPO_ROOT / ".cache")) / "stitch"
@@ -364,21 +366,9 @@ WORKER_FNS = {"jax": worker_jax, "torch": worker_torch}
 # ------------------------------------------------------- live: the cache --
 
 
-def _versions() -> dict:
-    from importlib import metadata
-
-    out = {}
-    for dist in ("jax", "jaxlib", "torch", "torch-xla"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
 def live_key() -> str:
     h = hashlib.sha256(HERE.read_bytes())
-    h.update(json.dumps(_versions(), sort_keys=True).encode())
+    h.update(json.dumps(framework_versions(), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -414,7 +404,7 @@ def ensure_live(force: bool = False) -> tuple[Path, dict]:
         report.unlink()
     if errors:
         raise RuntimeError("\n".join(errors))
-    man = {"key": key, "versions": _versions(), "seconds": round(time.time() - t0, 2), "modules": modules}
+    man = {"key": key, "versions": framework_versions(), "seconds": round(time.time() - t0, 2), "modules": modules}
     tmp = out_dir / "manifest.json.tmp"
     tmp.write_text(json.dumps(man, indent=1))
     os.replace(tmp, man_path)
