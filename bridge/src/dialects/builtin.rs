@@ -15,19 +15,7 @@ pub(crate) const FORMATS: &[OpFormat] = &[OpFormat {
 const INHERENT: &[&str] = &["sym_name", "sym_visibility"];
 
 fn parse_module(p: &mut Parser<'_>, op: OpId, _results: &mut ResultTypes) -> PResult<()> {
-    if let Some(v) = p.c.peek_ident() {
-        if matches!(v, "public" | "private" | "nested") {
-            p.c.pos += v.len();
-            p.set_prop(
-                op,
-                "sym_visibility",
-                Attribute::String {
-                    escaped: v.into(),
-                    ty: None,
-                },
-            );
-        }
-    }
+    parse_optional_visibility(p, op);
     if p.c.peek() == Some(b'@') {
         let name = p.parse_symbol_name()?;
         let text = p.m.str(name).to_string();
@@ -47,6 +35,45 @@ fn parse_module(p: &mut Parser<'_>, op: OpId, _results: &mut ResultTypes) -> PRe
     Ok(())
 }
 
+/// The symbol visibilities MLIR spells as a keyword.
+const VISIBILITIES: [&str; 3] = ["public", "private", "nested"];
+
+/// Parse an optional `public` / `private` / `nested` keyword into the
+/// `sym_visibility` property (modules and functions).
+pub(crate) fn parse_optional_visibility(p: &mut Parser<'_>, op: OpId) {
+    if let Some(v) = p.c.peek_ident() {
+        if VISIBILITIES.contains(&v) {
+            p.c.pos += v.len();
+            p.set_prop(
+                op,
+                "sym_visibility",
+                Attribute::String {
+                    escaped: v.into(),
+                    ty: None,
+                },
+            );
+        }
+    }
+}
+
+/// Print ` <visibility>` when set; `false` if it is not one of the keywords
+/// (the op then prints in generic form).
+pub(crate) fn print_visibility(pr: &mut Printer<'_>, op: OpId) -> bool {
+    let m = pr.m;
+    let Some(v) = m.op_attr(op, "sym_visibility") else {
+        return true;
+    };
+    let Attribute::String { escaped, .. } = m.attr(v) else {
+        return false;
+    };
+    if !VISIBILITIES.contains(&&**escaped) {
+        return false;
+    }
+    pr.w(" ");
+    pr.w(escaped);
+    true
+}
+
 /// Modules always hold exactly one block, even when empty.
 fn ensure_entry_block(p: &mut Parser<'_>, op: OpId) {
     if let Some(&r) = p.m.op(op).regions.first() {
@@ -63,15 +90,8 @@ fn print_module(pr: &mut Printer<'_>, op: OpId) -> bool {
     if o.regions.len() != 1 || !o.results.is_empty() || !o.operands.is_empty() {
         return false;
     }
-    if let Some(v) = m.op_attr(op, "sym_visibility") {
-        let Attribute::String { escaped, .. } = m.attr(v) else {
-            return false;
-        };
-        if !matches!(&**escaped, "public" | "private" | "nested") {
-            return false;
-        }
-        pr.w(" ");
-        pr.w(escaped);
+    if !print_visibility(pr, op) {
+        return false;
     }
     if let Some(n) = m.op_attr(op, "sym_name") {
         let Attribute::String { escaped, .. } = m.attr(n) else {

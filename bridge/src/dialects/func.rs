@@ -43,12 +43,7 @@ fn string_attr(s: &str) -> Attribute {
 }
 
 fn parse_func(p: &mut Parser<'_>, op: OpId, _results: &mut ResultTypes) -> PResult<()> {
-    if let Some(v) = p.c.peek_ident() {
-        if matches!(v, "public" | "private" | "nested") {
-            p.c.pos += v.len();
-            p.set_prop(op, "sym_visibility", string_attr(v));
-        }
-    }
+    super::builtin::parse_optional_visibility(p, op);
     let name = p.parse_symbol_name()?;
     let text = p.m.str(name).trim_matches('"').to_string();
     p.set_prop(op, "sym_name", string_attr(&text));
@@ -199,15 +194,8 @@ fn print_func(pr: &mut Printer<'_>, op: OpId) -> bool {
             return false;
         }
     }
-    if let Some(v) = m.op_attr(op, "sym_visibility") {
-        let Attribute::String { escaped, .. } = m.attr(v) else {
-            return false;
-        };
-        if !matches!(&**escaped, "public" | "private" | "nested") {
-            return false;
-        }
-        pr.w(" ");
-        pr.w(escaped);
+    if !super::builtin::print_visibility(pr, op) {
+        return false;
     }
     pr.w(" @");
     print_symbol_text(pr, name);
