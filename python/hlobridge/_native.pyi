@@ -147,3 +147,46 @@ def stitch(
 ) -> tuple[str, str]:
     """Merge segments ``(name, producer, module_text, entry, input_handles,
     output_handles)`` into one module; returns ``(fused_text, report_json)``."""
+
+def fast_init(
+    tensor_type: type,
+    parameter_type: type,
+    method_type: type,
+    is_grad_enabled: object,
+    from_dlpack: object,
+    x64_state: object,
+    miss: object,
+) -> None:
+    """Hand the native ``call_jax`` fast path the torch/JAX objects it needs
+    (called once by ``hlobridge.jax_bridge``)."""
+
+def fast_call(fn: object, args: tuple[object, ...]) -> object:
+    """Serve ``call_jax(fn, *args)`` natively when every argument is a plain,
+    dense CPU tensor not tracked by autograd and the signature was
+    registered; otherwise return the ``miss`` sentinel given to ``fast_init``."""
+
+def fast_register(
+    fn: object,
+    x64: bool,
+    dtypes: Sequence[object],
+    codes: Sequence[int],
+    shapes: Sequence[Sequence[int]],
+    exe: Executable,
+    out_tree: object | None,
+    segments: object,
+    platform: str,
+) -> None:
+    """Register a compiled signature of ``fn`` for the fast path
+    (``out_tree`` is ``None`` when ``fn`` returns one array)."""
+
+def fast_forget(owner_id: int) -> int:
+    """Drop the fast-path entries of the object with this ``id()``."""
+
+def fast_clear() -> int:
+    """Drop every fast-path entry; returns how many there were."""
+
+def record_receipt(raw: tuple[object, ...]) -> None:
+    """Store this thread's last receipt (the fields of ``hlobridge.Receipt``)."""
+
+def last_receipt_raw() -> tuple[object, ...] | None:
+    """This thread's last receipt fields, or ``None``."""

@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 from jax import tree_util
+from jax._src import config as jax_config
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from hlobridge import _native
@@ -70,6 +71,7 @@ __all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
 _perf = time.perf_counter
 _flatten = tree_util.tree_flatten
 _Tensor = torch.Tensor
+_LEAF = tree_util.tree_structure(0)
 
 # torch dtype -> (MLIR element type, JAX dtype)
 _DTYPES: dict[torch.dtype, tuple[str, Any]] = {
@@ -130,6 +132,7 @@ def _table(owner: Any) -> dict[Any, Any]:
 
     def forget(_ref: object) -> None:
         _fn_tables.pop(oid, None)
+        _native.fast_forget(oid)
 
     try:
         ref = weakref.ref(owner, forget)
@@ -138,6 +141,12 @@ def _table(owner: Any) -> dict[Any, Any]:
     table: dict[Any, Any] = {}
     _fn_tables[oid] = (ref, table)
     return table
+
+
+_MISS = object()
+_fast_call = _native.fast_call
+_native.fast_init(torch.Tensor, torch.nn.Parameter, types.MethodType, torch.is_grad_enabled,
+                  torch._C._from_dlpack, jax_config.enable_x64, _MISS)
 
 
 def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -149,6 +158,15 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     output buffer. See the module docs for the rules, and
     :func:`hlobridge.last_receipt` for what the call did.
     """
+    if not kwargs:
+        out = _fast_call(fn, args)
+        if out is not _MISS:
+            return out
+    return _call_general(fn, args, kwargs)
+
+
+def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Every call the native fast path does not serve (see the module docs)."""
     global _contiguous_copies
     t0 = _perf()
     leaves, treedef = _flatten((args, kwargs))
@@ -184,6 +202,8 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     if entry is None:
         entry = _build(fn, treedef, leaves)
         _table(owner)[key] = entry
+        if not kwargs and not py_copies and len(ins) == len(leaves) == len(args):
+            _register_fast(fn, x64, ins, entry)
         outcome, lower_s, compile_s = entry.outcome, entry.lower_s, entry.compile_s
         st = _native.stats()
         hits, compiles = st["cache_hits"], st["compiles"]
@@ -199,6 +219,17 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     _record((entry.platform, compiles, hits, outcome, entry.segments, views - py_copies,
              copies + py_copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
     return result
+
+
+def _register_fast(fn: Callable[..., Any], x64: bool, ins: list[torch.Tensor],
+                   entry: _Entry) -> None:
+    """Hand a signature whose arguments are all plain tensors to the native
+    fast path, which serves later calls without entering Python."""
+    if any(t.dtype not in _PLAIN for t in ins) or entry.out_tree.num_leaves == 0:
+        return
+    single = entry.out_tree == _LEAF
+    _native.fast_register(fn, x64, [t.dtype for t in ins], entry.codes, entry.shapes, entry.exe,
+                          None if single else entry.out_tree, entry.segments, entry.platform)
 
 
 def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int, bool]:
@@ -292,6 +323,7 @@ def clear_cache() -> None:
     """Forget every compiled signature (per-function tables and the native
     compile cache). Tensors returned earlier stay valid."""
     _fn_tables.clear()
+    _native.fast_clear()
     _native.clear_compile_cache()
 
 

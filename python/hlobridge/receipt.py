@@ -8,15 +8,18 @@ program is made of and who produced them, how many inputs were used in place
 (``output_pointers``: PJRT buffer addresses, equal to the returned tensors'
 ``data_ptr()``), and how long lowering, compilation and the run took.
 
-Receipts are recorded per thread and built lazily: the hot path only stores a
-tuple, :func:`last_receipt` turns it into a :class:`Receipt`.
+Receipts are recorded per thread (in the native module, so that the native
+``call_jax`` fast path records its own without building Python objects) and
+built lazily: :func:`last_receipt` turns the stored fields into a
+:class:`Receipt`.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Literal
+
+from hlobridge import _native
 
 CacheOutcome = Literal["hit", "content", "miss"]
 """``hit``: the per-function cache served the call (no lowering);
@@ -56,17 +59,14 @@ class Receipt:
     total_time_s: float
 
 
-_local = threading.local()
-
-
 def _record(raw: tuple[object, ...]) -> None:
     """Store the raw fields of a receipt for this thread (hot path)."""
-    _local.raw = raw
+    _native.record_receipt(raw)
 
 
 def last_receipt() -> Receipt | None:
     """The receipt of this thread's last hlobridge call, or ``None``."""
-    raw = getattr(_local, "raw", None)
+    raw = _native.last_receipt_raw()
     if raw is None:
         return None
     fields = list(raw)

@@ -30,23 +30,23 @@ use std::time::Instant;
 pub const VIEW_ALIGNMENT: usize = 64;
 
 /// One input, validated and ready to hand to PJRT.
-struct Input {
-    ptr: usize,
-    dims: Vec<i64>,
-    dtype: ElementType,
-    nbytes: usize,
+pub(crate) struct Input {
+    pub ptr: usize,
+    pub dims: Vec<i64>,
+    pub dtype: ElementType,
+    pub nbytes: usize,
     /// `Some` for a view: moved into the view's `on_delete` callback.
-    owner: Option<PyObject>,
+    pub owner: Option<PyObject>,
 }
 
 /// What one execution produced, before the GIL is re-acquired.
-struct Ran {
-    outputs: Vec<Exported>,
-    pointers: Vec<usize>,
+pub(crate) struct Ran {
+    pub outputs: Vec<Exported>,
+    pub pointers: Vec<usize>,
     views: Vec<Buffer>,
-    copies: usize,
+    pub copies: usize,
     copied_bytes: usize,
-    seconds: f64,
+    pub seconds: f64,
 }
 
 /// `(outputs, output_pointers, views, copies, seconds)`.
@@ -111,24 +111,37 @@ pub fn execute(
         });
     }
     let compiled = exe.get().inner.clone();
-    let ran = py
-        .allow_threads(move || run(&compiled.exe, inputs))
+    let mut ran = run_counted(py, &compiled.exe, inputs)?;
+    drop(unused_owners);
+    let nviews = n - ran.copies;
+    let mut caps = Vec::with_capacity(ran.outputs.len());
+    for o in std::mem::take(&mut ran.outputs) {
+        caps.push(o.into_capsule(py)?);
+    }
+    Ok((caps, ran.pointers, nviews, ran.copies, ran.seconds))
+}
+
+/// Runs `exe` on prepared inputs with the GIL released, then (GIL held)
+/// releases the views and updates the process-wide counters. The shared
+/// core of [`execute`] and the `call_jax` fast path.
+pub(crate) fn run_counted(
+    py: Python<'_>,
+    exe: &pjrt_client::LoadedExecutable,
+    inputs: Vec<Input>,
+) -> PyResult<Ran> {
+    let n = inputs.len();
+    let mut ran = py
+        .allow_threads(move || run(exe, inputs))
         .map_err(pjrt_to_py)?;
     // Dropped with the GIL held: if PJRT releases the views now, the
     // owners' references are released right away.
-    drop(ran.views);
-    drop(unused_owners);
+    ran.views.clear();
     stats::EXECUTIONS.add(1);
     stats::INPUT_COPIES.add(ran.copies as u64);
     stats::INPUT_COPIED_BYTES.add(ran.copied_bytes as u64);
     stats::OUTPUTS.add(ran.outputs.len() as u64);
-    let nviews = n - ran.copies;
-    stats::INPUT_VIEWS.add(nviews as u64);
-    let mut caps = Vec::with_capacity(ran.outputs.len());
-    for o in ran.outputs {
-        caps.push(o.into_capsule(py)?);
-    }
-    Ok((caps, ran.pointers, nviews, ran.copies, ran.seconds))
+    stats::INPUT_VIEWS.add((n - ran.copies) as u64);
+    Ok(ran)
 }
 
 fn run(exe: &pjrt_client::LoadedExecutable, inputs: Vec<Input>) -> pjrt_client::Result<Ran> {

@@ -6,13 +6,16 @@
 //! The runtime half, used by `hlobridge.call_jax`: the process-global PJRT
 //! client ([`runtime`]), compilation with a content-keyed cache
 //! ([`executable`]), zero-copy execution on raw host pointers ([`execute`],
-//! outputs as DLPack capsules from [`dlpack`]) and counters ([`stats`]).
+//! outputs as DLPack capsules from [`dlpack`]), counters ([`stats`]), the
+//! `call_jax` hot path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 
 mod dlpack;
 mod dtype;
 mod errors;
 mod executable;
 mod execute;
+mod fastcall;
+mod receipt;
 mod runtime;
 mod stats;
 mod stitch;
@@ -60,6 +63,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::record_cache_hit, m)?)?;
     m.add_function(wrap_pyfunction!(stitch::stitch, m)?)?;
+    m.add_function(wrap_pyfunction!(fastcall::fast_init, m)?)?;
+    m.add_function(wrap_pyfunction!(fastcall::fast_call, m)?)?;
+    m.add_function(wrap_pyfunction!(fastcall::fast_register, m)?)?;
+    m.add_function(wrap_pyfunction!(fastcall::fast_forget, m)?)?;
+    m.add_function(wrap_pyfunction!(fastcall::fast_clear, m)?)?;
+    m.add_function(wrap_pyfunction!(receipt::record_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(receipt::last_receipt_raw, m)?)?;
     m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;
     m.add("VIEW_ALIGNMENT", execute::VIEW_ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
