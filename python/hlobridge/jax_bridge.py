@@ -180,6 +180,9 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
             dt = leaf.dtype
             if (dt not in _PLAIN or not leaf.is_cpu or not leaf.is_contiguous()
                     or (grad and leaf.requires_grad)):
+                if leaf.device.type == "xla":
+                    from hlobridge.lazy import call_jax_lazy
+                    return call_jax_lazy(fn, leaves, treedef, t0)
                 leaf, copied, track = _check_tensor(leaf, grad)
                 py_copies += copied
                 needs_grad |= track
@@ -273,11 +276,22 @@ def _name(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn))
 
 
-def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
-    """Lower ``fn`` for this signature and compile it (or find it compiled)."""
+@dataclass(frozen=True, slots=True)
+class Lowered:
+    """One signature of a JAX function lowered to StableHLO text."""
+
+    text: str
+    out_tree: Any
+    lower_s: float
+
+
+def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str) -> Lowered:
+    """Lower ``fn`` for the signature given by ``treedef`` and ``leaves``
+    (tensor leaves give shapes and dtypes; other leaves are static) for
+    ``platform``, with x64 turned on when a 64-bit input needs it. Raises
+    :class:`DtypeError` for outputs torch cannot receive."""
     tensors = [leaf for leaf in leaves if isinstance(leaf, _Tensor)]
     main = _rebuild(fn, treedef, leaves)
-    platform = _native.runtime().platform
     sds = [jax.ShapeDtypeStruct(tuple(t.shape), _DTYPES[t.dtype][1])  # type: ignore[no-untyped-call]
            for t in tensors]
     x64 = jax.config.read("jax_enable_x64")  # type: ignore[no-untyped-call]
@@ -292,7 +306,16 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
         if np.dtype(info.dtype) not in _OUT_DTYPES:
             raise DtypeError(f"call_jax: output {i} has dtype {info.dtype}, which torch cannot "
                              f"receive (supported: {', '.join(str(d) for d in _DTYPES)})")
-    exe, hit = _native.compile(text)
+    return Lowered(text, out_tree, lower_s)
+
+
+def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
+    """Lower ``fn`` for this signature and compile it (or find it compiled)."""
+    tensors = [leaf for leaf in leaves if isinstance(leaf, _Tensor)]
+    platform = _native.runtime().platform
+    low = lower(fn, treedef, leaves, platform)
+    out_tree = low.out_tree
+    exe, hit = _native.compile(low.text)
     if exe.num_outputs != out_tree.num_leaves:
         raise ArgumentError(f"call_jax: the compiled program has {exe.num_outputs} outputs but "
                             f"the function returns {out_tree.num_leaves} arrays")
@@ -300,7 +323,7 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
                   num_inputs=len(tensors), num_outputs=exe.num_outputs)
     return _Entry(exe=exe, shapes=[tuple(t.shape) for t in tensors],
                   codes=[_CODES[t.dtype] for t in tensors], out_tree=out_tree, segments=(seg,), platform=platform,
-                  outcome="content" if hit else "miss", lower_s=lower_s,
+                  outcome="content" if hit else "miss", lower_s=low.lower_s,
                   compile_s=0.0 if hit else exe.compile_time_s)
 
 

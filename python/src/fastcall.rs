@@ -95,6 +95,7 @@ impl KeyHash {
 /// `torch.nn.Parameter`, `types.MethodType`, `torch.is_grad_enabled`,
 /// torch's DLPack capsule importer, JAX's `enable_x64` config state (read
 /// through `.value`) and the sentinel returned on a miss. Called once.
+#[allow(clippy::too_many_arguments)]
 #[pyfunction]
 pub fn fast_init(
     py: Python<'_>,
@@ -221,7 +222,7 @@ pub fn fast_call<'py>(
     for (i, (t, _, dims)) in tensors.into_iter().enumerate() {
         let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
         let nbytes = entry.nbytes[i];
-        let view = nbytes > 0 && ptr % VIEW_ALIGNMENT == 0;
+        let view = nbytes > 0 && ptr.is_multiple_of(VIEW_ALIGNMENT);
         if ptr == 0 && nbytes > 0 {
             return miss();
         }
