@@ -153,6 +153,7 @@ pub fn compile(
     key.extend_from_slice(text.as_bytes());
     if let Some(hit) = lock(cache()).get(&key) {
         stats::CACHE_HITS.add(1);
+        tracing::debug!(fingerprint = %hit.fingerprint, "compile cache hit");
         return Ok((Executable { inner: hit.clone() }, true));
     }
     let rt = runtime::shared(py)?;
@@ -169,6 +170,12 @@ pub fn compile(
         })
         .map_err(pjrt_to_py)?;
     stats::COMPILES.add(1);
+    tracing::info!(
+        fingerprint = %compiled.fingerprint,
+        seconds = compiled.compile_s,
+        bytes = text.len(),
+        "compiled program"
+    );
     // Another thread may have compiled the same module meanwhile: keep the
     // first entry so every caller shares one executable.
     let entry = lock(cache())

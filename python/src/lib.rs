@@ -8,6 +8,7 @@
 //! ([`executable`]), zero-copy execution on raw host pointers ([`execute`],
 //! outputs as DLPack capsules from [`dlpack`]), counters ([`stats`]), the
 //! `call_jax` hot path ([`fastcall`]) and per-thread receipts ([`receipt`]).
+//! Rust logs reach Python's `logging` through [`logging`].
 
 mod dlpack;
 mod dtype;
@@ -15,6 +16,7 @@ mod errors;
 mod executable;
 mod execute;
 mod fastcall;
+mod logging;
 mod receipt;
 mod runtime;
 mod stats;
@@ -51,6 +53,7 @@ fn format_module(
 /// The `hlobridge._native` module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::install();
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(format_module, m)?)?;
     m.add_class::<runtime::Runtime>()?;

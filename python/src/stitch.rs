@@ -38,7 +38,13 @@ pub fn stitch(
             .into_iter()
             .map(|handle| PlanOutput { handle, name: None })
             .collect();
+        let t0 = std::time::Instant::now();
         let fused = stitch(&program)?;
+        tracing::info!(
+            segments = program.segments.len(),
+            elapsed = ?t0.elapsed(),
+            "stitched program"
+        );
         let text = hlobridge::print_module(&fused.module, &hlobridge::PrintOptions::default());
         let report = serde_json::to_string(&fused.report).unwrap_or_default();
         Ok((text, report))

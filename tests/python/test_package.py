@@ -40,3 +40,24 @@ def test_strip_locations():
     text = SMALL.replace(": tensor<4xf32>\n    return", ': tensor<4xf32> loc("x.py":1:2)\n    return')
     assert 'loc("x.py":1:2)' in hlobridge.format_module(text)
     assert "loc(" not in hlobridge.format_module(text, debug_info=False)
+
+
+def test_rust_logs_reach_python_logging(caplog):
+    import logging
+    import uuid
+
+    from hlobridge import _native
+
+    caplog.set_level(logging.DEBUG, logger="hlobridge")
+    # A module nobody compiled before (a fresh constant), then the same again.
+    k = uuid.uuid4().int % 1000
+    text = SMALL.replace("stablehlo.sine %arg0 : tensor<4xf32>", "stablehlo.sine %arg0 : tensor<4xf32>"
+                         f"\n    %c = stablehlo.constant dense<{k}.0> : tensor<4xf32>")
+    _native.compile(text)
+    _native.compile(text)
+    ours = [r for r in caplog.records if r.name == "hlobridge._native.executable"]
+    compiled = [r for r in ours if r.getMessage().startswith("compiled program")]
+    hits = [r for r in ours if r.getMessage().startswith("compile cache hit")]
+    assert len(compiled) == 1 and compiled[0].levelno == logging.INFO
+    assert "fingerprint=" in compiled[0].getMessage()
+    assert len(hits) == 1 and hits[0].levelno == logging.DEBUG
