@@ -417,7 +417,11 @@ def _lower(closed: Any, update: Callable[[dict[str, Any]], dict[str, Any]], sds:
     def main(*arrays: Any) -> Any:
         return jcore.eval_jaxpr(rewritten.jaxpr, rewritten.consts, *arrays)
 
-    with warnings.catch_warnings(record=True) as caught:
+    from jax._src import config as jconfig
+
+    # No source locations: kernel payloads (which embed them) then depend only
+    # on the kernel, so payload hashes are stable and content caches hit.
+    with warnings.catch_warnings(record=True) as caught, jconfig.traceback_in_locations_limit(0):
         warnings.simplefilter("always")
         lowered = jax.jit(main, keep_unused=True).trace(*sds).lower(lowering_platforms=(target,))
         text = lowered.as_text()
