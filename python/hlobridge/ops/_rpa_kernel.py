@@ -39,10 +39,12 @@ def _body(meta_ref: Any, bt_ref: Any, q_ref: Any, load: Any, o_ref: Any, *, page
     kv_len = meta_ref[w * 4 + 3]
     q = q_ref[...].astype(jnp.float32)                          # [R, D] (already scaled)
     rows, d = q.shape
-    row_tok = lax.broadcasted_iota(jnp.int32, (rows, page), 0) % block_q
+    # lax.rem/lax.div, not % and //: Python-style rounding lowers through `sign`, which
+    # Mosaic only lowers when it can query a real TPU.
+    row_tok = lax.rem(lax.broadcasted_iota(jnp.int32, (rows, page), 0), jnp.int32(block_q))
     col = lax.broadcasted_iota(jnp.int32, (rows, page), 1)
     kv_end = jnp.minimum(kv_len, pos0 + q_count) if causal else kv_len
-    n_pages = jnp.where(q_count > 0, (kv_end + page - 1) // page, 0)
+    n_pages = jnp.where(q_count > 0, lax.div(kv_end + page - 1, jnp.int32(page)), 0)
 
     def step(j: Any, carry: Any) -> Any:
         k, v = load(bt_ref[seq * max_pages + j], head)          # [page, D] each
