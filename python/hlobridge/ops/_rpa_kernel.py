@@ -90,10 +90,10 @@ def _pow2(n: int) -> int:
 
 def kernel_attention(q: jax.Array, kv_pages: jax.Array, kv_lens: jax.Array, block_tables: jax.Array,
                      cu_q_lens: jax.Array, *, scale: float, soft_cap: float | None, causal: bool,
-                     block_q: int, target: str) -> jax.Array:
-    """Ragged paged attention through the Pallas kernel; ``target`` is
-    ``tpu`` (Mosaic layout) or ``cuda`` (Triton layout; also what the
-    interpret mode runs). Same arguments as the reference path."""
+                     block_q: int, layout: str) -> jax.Array:
+    """Ragged paged attention through the Pallas kernel; ``layout`` is
+    ``tpu`` (Mosaic: scalar prefetch + DMA) or ``cuda`` (Triton; also what
+    the interpret mode runs). Same arguments as the reference path."""
     t, h, d = q.shape
     _, _, kvh, page, _ = kv_pages.shape
     s_count, max_pages = block_tables.shape
@@ -105,7 +105,7 @@ def kernel_attention(q: jax.Array, kv_pages: jax.Array, kv_lens: jax.Array, bloc
     kw = dict(page=page, block_q=block_q, max_pages=max_pages, soft_cap=soft_cap, causal=causal)
     qo_spec = pl.BlockSpec((None, None, rows, d), lambda w, hh, *_: (w, hh, 0, 0))
     out_shape = jax.ShapeDtypeStruct(qp.shape, q.dtype)
-    if target == "tpu":
+    if layout == "tpu":
         from jax.experimental.pallas import tpu as pltpu
 
         grid_spec = pltpu.PrefetchScalarGridSpec(

@@ -114,7 +114,7 @@ def ragged_paged_attention(queries: torch.Tensor, kv_pages: torch.Tensor, contex
                             "impl='reference' (differentiable through call_jax), or call under torch.no_grad()")
     target = "tpu" if platform == "tpu" else "cuda"
     return hb.call_jax(_pallas, queries, kv_pages, kv_lens, bt, cu, interpret=platform not in ("cuda", "tpu"),
-                       target=target, **common)
+                       layout=target, **common)
 
 
 def _validate(t: int, n_pages: int, page: int, kv_lens: torch.Tensor, bt: torch.Tensor, cu: torch.Tensor) -> None:
