@@ -51,7 +51,7 @@ _LAZY = {
     "stitch_program": "hlobridge.stitching",
 }
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
-_LAZY_MODULES = {"ops": "hlobridge.ops"}
+_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas"}
 
 
 def __getattr__(name: str) -> Any:
