@@ -96,7 +96,7 @@ def kernel_attention(q: jax.Array, kv_pages: jax.Array, kv_lens: jax.Array, bloc
     the interpret mode runs). Same arguments as the reference path."""
     t, h, d = q.shape
     _, _, kvh, page, _ = kv_pages.shape
-    s_count, max_pages = block_tables.shape
+    max_pages = block_tables.shape[1]
     wl = work_list(cu_q_lens, kv_lens, t, block_q, causal)
     qp, idx, valid = pack_queries(q * jnp.asarray(scale, q.dtype), wl, block_q, kvh)
     w_count, _, rows, _ = qp.shape
@@ -124,5 +124,4 @@ def kernel_attention(q: jax.Array, kv_pages: jax.Array, kv_lens: jax.Array, bloc
                  qo_spec, pl.BlockSpec(kv_pages.shape, lambda w, hh: (0, 0, 0, 0, 0))]
         out = pl.pallas_call(functools.partial(_gpu_kernel, **kw), out_shape=out_shape, grid=(w_count, kvh),
                              in_specs=whole, out_specs=qo_spec, name="ragged_paged_attention")(meta, bt, qp, kv_pages)
-    del s_count
     return unpack_output(out, idx, valid, t, h)
