@@ -33,7 +33,10 @@ from hlobridge.receipt import Receipt, Segment, last_receipt
 
 if TYPE_CHECKING:
     from hlobridge.interop import jax_to_pt, pt_to_jax
+    from hlobridge import ops
     from hlobridge.jax_bridge import call_jax, clear_cache, reset_stats, stats
+    from hlobridge.pallas import PallasLoweringError, PallasSegment, trace_pallas
+    from hlobridge.stitching import stitch_program
 
 _LAZY = {
     "call_jax": "hlobridge.jax_bridge",
@@ -42,11 +45,23 @@ _LAZY = {
     "reset_stats": "hlobridge.jax_bridge",
     "pt_to_jax": "hlobridge.interop",
     "jax_to_pt": "hlobridge.interop",
+    "trace_pallas": "hlobridge.pallas",
+    "PallasLoweringError": "hlobridge.pallas",
+    "PallasSegment": "hlobridge.pallas",
+    "stitch_program": "hlobridge.stitching",
 }
+# Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
+_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas"}
 
 
 def __getattr__(name: str) -> Any:
     mod = _LAZY.get(name)
+    if mod is None and name in _LAZY_MODULES:
+        import importlib
+
+        module = importlib.import_module(_LAZY_MODULES[name])
+        globals()[name] = module
+        return module
     if mod is None:
         raise AttributeError(f"module 'hlobridge' has no attribute {name!r}")
     import importlib
@@ -66,6 +81,8 @@ __all__ = [
     "InvalidIrError",
     "ParseError",
     "PjrtError",
+    "PallasLoweringError",
+    "PallasSegment",
     "PluginError",
     "PluginLoadError",
     "PluginNotFoundError",
@@ -79,8 +96,11 @@ __all__ = [
     "format_module",
     "jax_to_pt",
     "last_receipt",
+    "ops",
     "pt_to_jax",
     "reset_stats",
     "runtime",
     "stats",
+    "stitch_program",
+    "trace_pallas",
 ]
