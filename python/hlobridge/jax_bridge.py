@@ -283,6 +283,8 @@ class Lowered:
     text: str
     out_tree: Any
     lower_s: float
+    jaxpr: Any
+    """The traced ``ClosedJaxpr`` (to find embedded Pallas kernels)."""
 
 
 def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str) -> Lowered:
@@ -298,7 +300,8 @@ def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str
     need_x64 = not x64 and any(t.dtype in _X64 for t in tensors)
     t0 = _perf()
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
-        lowered = jax.jit(main, keep_unused=True).trace(*sds).lower(lowering_platforms=(platform,))
+        traced = jax.jit(main, keep_unused=True).trace(*sds)
+        lowered = traced.lower(lowering_platforms=(platform,))
         text = lowered.as_text()
     lower_s = _perf() - t0
     out_tree = lowered.out_tree
@@ -306,7 +309,22 @@ def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str
         if np.dtype(info.dtype) not in _OUT_DTYPES:
             raise DtypeError(f"call_jax: output {i} has dtype {info.dtype}, which torch cannot "
                              f"receive (supported: {', '.join(str(d) for d in _DTYPES)})")
-    return Lowered(text, out_tree, lower_s)
+    return Lowered(text, out_tree, lower_s, traced.jaxpr)
+
+
+def segment_of(fn: Callable[..., Any], low: Lowered, platform: str, fingerprint: str,
+               num_inputs: int, num_outputs: int) -> Segment:
+    """The receipt segment of a lowered function: producer ``pallas`` (with
+    its kernels) when it embeds a Pallas kernel, else ``jax``."""
+    from hlobridge.pallas import kernels_in
+    from hlobridge.stitching import KernelSegment
+
+    kernels = kernels_in(low.jaxpr, low.text, platform)
+    if kernels:
+        return KernelSegment(name=_name(fn), producer="pallas", fingerprint=fingerprint,
+                             num_inputs=num_inputs, num_outputs=num_outputs, kernels=kernels)
+    return Segment(name=_name(fn), producer="jax", fingerprint=fingerprint,
+                   num_inputs=num_inputs, num_outputs=num_outputs)
 
 
 def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
@@ -319,8 +337,7 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> _Entry:
     if exe.num_outputs != out_tree.num_leaves:
         raise ArgumentError(f"call_jax: the compiled program has {exe.num_outputs} outputs but "
                             f"the function returns {out_tree.num_leaves} arrays")
-    seg = Segment(name=_name(fn), producer="jax", fingerprint=exe.fingerprint,
-                  num_inputs=len(tensors), num_outputs=exe.num_outputs)
+    seg = segment_of(fn, low, platform, exe.fingerprint, len(tensors), exe.num_outputs)
     return _Entry(exe=exe, shapes=[tuple(t.shape) for t in tensors],
                   codes=[_CODES[t.dtype] for t in tensors], out_tree=out_tree, segments=(seg,), platform=platform,
                   outcome="content" if hit else "miss", lower_s=low.lower_s,

@@ -48,7 +48,7 @@ from torch_xla.utils import dlpack as xla_dlpack
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
-from hlobridge.jax_bridge import _CODES, _DTYPES, _name, _table, _unhashable, lower
+from hlobridge.jax_bridge import _CODES, _DTYPES, _name, _table, _unhashable, lower, segment_of
 from hlobridge.receipt import CacheOutcome, Segment, _record
 
 __all__ = ["call_jax_lazy"]
@@ -186,8 +186,7 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list
     if pending:
         segs.append(Segment(name=TORCH_SEGMENT, producer="torch", fingerprint=exe.fingerprint,
                             num_inputs=num_graph_inputs, num_outputs=len(pending)))
-    segs.append(Segment(name=jax_name, producer="jax", fingerprint=exe.fingerprint,
-                        num_inputs=len(wiring), num_outputs=num_out))
+    segs.append(segment_of(fn, low, platform, exe.fingerprint, len(wiring), num_out))
     return _LazyEntry(exe=exe, shapes=[tuple(v.shape) for v in inputs],
                       codes=[_CODES[v.dtype] for v in inputs], num_pending=len(pending),
                       out_tree=low.out_tree, segments=tuple(segs), platform=platform,

@@ -347,6 +347,21 @@ def find_kernels(module_text: str, expected: Sequence[KernelRecord] = ()) -> lis
     return list(expected)
 
 
+def kernels_in(closed_jaxpr: Any, module_text: str, target: str) -> tuple[KernelRecord, ...]:
+    """The Pallas kernels of a traced function (its ``ClosedJaxpr``) as
+    lowered in ``module_text`` for ``target``: interpret mode on ``cpu``,
+    else the kernels' custom calls. Empty when there is no ``pallas_call``.
+    ``call_jax`` uses this to put the kernels in its receipts."""
+    eqns = list(_pallas_eqns(closed_jaxpr.jaxpr))
+    if not eqns:
+        return ()
+    names = [_kernel_name(dict(e.params)) for e in eqns]
+    calls, _, _ = _custom_calls(module_text)
+    kernel_calls = [c for c in calls if c.target in _CUSTOM_CALL_BACKENDS]
+    backend = "interpret" if not kernel_calls else _CUSTOM_CALL_BACKENDS[kernel_calls[0].target]
+    return _records(eqns, names, kernel_calls, target, backend)
+
+
 # -------------------------------------------------------------- tracing --
 
 

@@ -57,6 +57,12 @@ def test_kernel_in_call_jax_matches_jax(name, gen):
     assert "custom_call" not in seg.module_text  # interpret mode: plain StableHLO
     ref = {"add": lambda x, y: x + y, "matmul": jnp.dot, "softmax": jax.nn.softmax}[name]
     close(hb.call_jax(seg, *args), jax.jit(ref)(*[a.numpy() for a in args]))
+    # call_jax's receipt names the embedded kernel, as a pallas segment.
+    r = hb.last_receipt()
+    assert r is not None and [s.producer for s in r.segments] == ["pallas"]
+    assert isinstance(r.segments[0], KernelSegment)
+    assert [(k.name, k.backend) for k in r.segments[0].kernels] == [
+        (k.name, "interpret") for k in seg.kernels]
 
 
 class Pre(torch.nn.Module):
