@@ -1,0 +1,59 @@
+"""The ``torch.compile`` backend ``"hlobridge"``.
+
+``torch.compile(model, backend="hlobridge")`` (registered through the
+``torch_dynamo_backends`` entry point, no import needed) runs AOTAutograd on
+each graph Dynamo captures; the forward and the backward graph each become
+ONE StableHLO program: torch pieces lowered by an engine (torch_xla lazy
+tracing), :func:`hlobridge.call_jax` nodes lowered with ``jax.jit``, stitched
+by the Rust core, compiled once per input signature and run through the
+PJRT plugin. See ``docs/compile_backend.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hlobridge import custom_op  # noqa: F401  (registers hlobridge::call_jax)
+from hlobridge.dynamo.errors import (
+    CompileBackendError,
+    DataDependentError,
+    InputMutationError,
+    UnsupportedOpError,
+)
+from hlobridge.dynamo.program import CompiledGraph, StitchedSegment, compiled_graphs
+
+__all__ = [
+    "CompileBackendError",
+    "CompiledGraph",
+    "DataDependentError",
+    "InputMutationError",
+    "StitchedSegment",
+    "UnsupportedOpError",
+    "backend",
+    "compiled_graphs",
+]
+
+_counter = {"graph": 0}
+
+
+def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], CompiledGraph]:
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
+        n = _counter["graph"]
+        _counter["graph"] += 1
+        return CompiledGraph(gm, f"{kind} #{n}")
+
+    compile_graph.__name__ = f"hlobridge_{kind}_compiler"
+    return compile_graph
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+    """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
+    inference compilers."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
+                       inference_compiler=_compiler("inference"))
+    return aot(gm, example_inputs, **kwargs)
