@@ -52,8 +52,18 @@ def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Compiled
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
     """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
     inference compilers."""
+    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
+    # Core aten: the op set torch_xla lowers best (as its own export path).
+    decompositions = core_aten_decompositions()
     aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
-                       inference_compiler=_compiler("inference"))
-    return aot(gm, example_inputs, **kwargs)
+                       inference_compiler=_compiler("inference"),
+                       decompositions=decompositions)
+    # Attention traced through its math formulation, which AOTAutograd
+    # differentiates into plain ops (torch_xla lowers neither the fused CPU
+    # flash-attention kernel nor its backward).
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        return aot(gm, example_inputs, **kwargs)

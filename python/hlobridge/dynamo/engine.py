@@ -24,6 +24,7 @@ receipt's segments name the engine that ran.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class TorchXlaLazyEngine:
         C = self._xla._XLAC
         with self._lock, unset_fake_temporarily(), torch.no_grad():
             dev = self._device
+            gm = _on_device(gm, dev)
             ins = [_trace_value(shape, dt).to(dev) for shape, dt in inputs]
             index = {C._xla_get_tensor_id(t): i for i, t in enumerate(ins)}
             metrics.clear_counters()
@@ -115,6 +117,17 @@ class TorchXlaLazyEngine:
             specs = [(tuple(o.shape), o.dtype) for o in outs]
         _check_inputs_kept(gm, inputs, params)
         return LoweredPiece(text=text, params=params, outputs=specs, engine=self.name)
+
+
+def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
+    their tensors on ``dev`` instead of the CPU."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        device = node.kwargs.get("device")
+        if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":
+            node.kwargs = {**node.kwargs, "device": dev}
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _trace_value(shape: tuple[int, ...], dt: torch.dtype) -> torch.Tensor:

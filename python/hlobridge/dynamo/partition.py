@@ -91,7 +91,7 @@ def check_graph(gm: torch.fx.GraphModule) -> None:
             raise UnsupportedOpError(f"hlobridge backend: mutating op {_op_name(node)} is not "
                                      f"supported")
         tags = getattr(node.target, "tags", ())
-        if torch.Tag.nondeterministic_seeded in tags:
+        if torch.Tag.nondeterministic_seeded in tags and not _random_is_inert(node):
             raise UnsupportedOpError(
                 f"hlobridge backend: random op {_op_name(node)} is not supported (its seed would "
                 f"be baked into the program); use dropout=0 / eval() or pass random tensors in")
@@ -101,6 +101,25 @@ def check_graph(gm: torch.fx.GraphModule) -> None:
                 f"hlobridge backend: {_op_name(node)} has a data-dependent shape or value; "
                 f"such graphs are not supported (let it run eagerly: keep it out of the "
                 f"compiled region)")
+
+
+def _random_is_inert(node: torch.fx.Node) -> bool:
+    """Whether a seeded op draws no random numbers here (dropout with p=0 or
+    train=False, e.g. attention with ``dropout_p=0``)."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    vals: dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            vals[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            vals[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            vals[a.name] = a.default_value
+    if "dropout_p" in vals:
+        return vals["dropout_p"] == 0
+    if "p" in vals and "train" in vals:
+        return vals["p"] == 0 or vals["train"] is False
+    return False
 
 
 def partition(gm: torch.fx.GraphModule) -> Partition:
