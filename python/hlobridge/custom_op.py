@@ -7,8 +7,8 @@ How it fits together:
   Each distinct ``(fn, input pytree structure, static leaves)`` is registered
   once in a process-wide registry under a stable string key
   (``"<qualname>#<n>"``); the op takes ``(key: str, tensors: Tensor[])`` and
-  returns ``Tensor[]`` (the output pytree's array leaves, flattened with
-  :mod:`torch.utils._pytree` order).
+  returns ``Tensor[]`` (the output pytree's array leaves in JAX's order:
+  dict keys sorted).
 - Eager calls keep going straight to :func:`hlobridge.jax_bridge.call_jax`
   (its zero-copy hot path is untouched). When Dynamo traces a call to
   ``call_jax`` it uses :func:`_traced_call_jax` instead (registered with
@@ -125,7 +125,8 @@ def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, 
         return fn(*args, **kwargs)
 
     def flat(*arrays: Any) -> list[Any]:
-        return list(pytree.tree_leaves(structured(*arrays)))
+        # JAX's leaf order (dict keys sorted), the same as eval_shape's.
+        return list(jax.tree_util.tree_leaves(structured(*arrays)))
 
     flat.__name__ = flat.__qualname__ = "main"
     return _add(jax_bridge._name(fn), flat, structured, identity)
@@ -175,7 +176,8 @@ def _template(tree: Any, counter: list[int]) -> Template:
     if isinstance(tree, list):
         return ("list", tuple(_template(t, counter) for t in tree))
     if isinstance(tree, dict):
-        return ("dict", tuple(tree), tuple(_template(t, counter) for t in tree.values()))
+        keys = tuple(sorted(tree))  # JAX's leaf order
+        return ("dict", keys, tuple(_template(tree[k], counter) for k in keys))
     raise ArgumentError(f"call_jax under torch.compile: the JAX function returns a "
                         f"{type(tree).__qualname__}; return arrays in tuples, lists or dicts")
 
@@ -192,7 +194,7 @@ def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) ->
     x64 = any(d in _X64_TORCH for _, d in specs)
     with jax.enable_x64(True) if x64 else contextlib.nullcontext():
         out_tree = jax.eval_shape(fn.structured, *sds)
-    leaves = pytree.tree_leaves(out_tree)
+    leaves = jax.tree_util.tree_leaves(out_tree)
     out_avals = [(tuple(o.shape), o.dtype) for o in leaves]
     for _, dt in out_avals:
         _torch_dtype(dt)

@@ -34,6 +34,7 @@ __all__ = [
     "UnsupportedOpError",
     "backend",
     "compiled_graphs",
+    "register",
 ]
 
 _counter = {"graph": 0}
@@ -67,3 +68,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
 
     with sdpa_kernel([SDPBackend.MATH]):
         return aot(gm, example_inputs, **kwargs)
+
+
+def register() -> None:
+    """Register the backend under the name ``"hlobridge"`` by hand (only
+    needed where the package metadata lacks the entry point, e.g. an older
+    editable install); does nothing if the name is known already."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if "hlobridge" not in _COMPILER_FNS:
+        register_backend(backend, name="hlobridge")

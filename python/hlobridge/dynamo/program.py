@@ -78,6 +78,8 @@ class Program:
     lower_s: float
     compile_s: float
     outcome: str
+    segment_texts: list[str] = field(default_factory=list)
+    """Each segment's module text, before stitching."""
     calls: int = 0
 
 
@@ -230,7 +232,7 @@ class CompiledGraph:
         return Program(exe=exe, text=text, report=report, segments=segments, inputs=used_args,
                        constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
                        lower_s=lower_s, compile_s=0.0 if hit else exe.compile_time_s,
-                       outcome="content" if hit else "miss")
+                       outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs])
 
     def _lower_torch(self, piece: TorchPiece, types: dict[str, TensorSpec],
                      consts: dict[str, torch.Tensor], segs: list[Any], engines: list[str]
