@@ -100,6 +100,9 @@ class Executable:
     def compile_time_s(self) -> float:
         """Seconds the PJRT compilation took."""
     @property
+    def fusions(self) -> list[tuple[str, str, list[str]]]:
+        """Fusions of the optimized program: ``(name, kind, opcodes)`` each."""
+    @property
     def platform(self) -> str:
         """Platform the executable runs on."""
 

@@ -79,6 +79,18 @@ impl Executable {
     fn compile_time_s(&self) -> f64 {
         self.inner.compile_s
     }
+    /// The fusions of the optimized (post-XLA-pass) program, each as
+    /// `(name, kind, opcodes)`: the fusion instruction's name, its kind
+    /// (`kLoop`, `kInput`, `kOutput`, ...) and the opcodes fused into it.
+    #[getter]
+    fn fusions(&self) -> PyResult<Vec<(String, String, Vec<String>)>> {
+        let hlo = self.inner.exe.optimized_hlo().map_err(pjrt_to_py)?;
+        Ok(hlo
+            .fusions()
+            .into_iter()
+            .map(|f| (f.name, f.kind, f.opcodes))
+            .collect())
+    }
     /// Platform the executable runs on.
     #[getter]
     fn platform(&self) -> &str {

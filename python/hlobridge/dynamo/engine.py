@@ -1,0 +1,168 @@
+"""Lowering engines: one interface that turns a torch FX graph piece into a
+StableHLO module.
+
+An engine receives a :class:`torch.fx.GraphModule` (aten ops, placeholders =
+the piece's inputs, output = a tuple of tensors) and the concrete
+``(shape, dtype)`` of every input, and returns a :class:`LoweredPiece`:
+the module text, for each parameter of its ``@main`` where the value comes
+from (an input of the piece, or a constant the engine created), and the
+concrete output specs.
+
+Engines:
+
+- ``"torch_xla_lazy"`` (default): runs the FX graph on ``xla`` device
+  tensors under torch_xla's lazy tensor tracing and reads the traced graph
+  with ``torch_xla._XLAC._get_stablehlo``. Parameters are mapped back to
+  inputs by lazy-tensor id (torch_xla orders them as it likes). Scalars are
+  inlined as constants. Ops torch_xla falls back to CPU for are refused
+  (:class:`UnsupportedOpError` naming them), and so is any device
+  execution during the trace (a data-dependent value).
+
+Select with ``HLOBRIDGE_TORCH_ENGINE`` (only ``torch_xla_lazy`` today); the
+receipt's segments name the engine that ran.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+import torch.fx
+
+from hlobridge.dynamo.errors import CompileBackendError, DataDependentError, UnsupportedOpError
+
+__all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "get_engine"]
+
+TensorSpec = tuple[tuple[int, ...], torch.dtype]
+"""A concrete tensor type: ``(shape, dtype)``."""
+
+
+@dataclass(frozen=True)
+class LoweredPiece:
+    """The StableHLO of one torch graph piece."""
+
+    text: str
+    """Module text; the entry function is ``main``."""
+    params: list[int | torch.Tensor]
+    """For each parameter of ``main``: the index of the piece input it is, or
+    a CPU tensor (a constant the engine created: pass it as a program input)."""
+    outputs: list[TensorSpec]
+    """Concrete type of each result of ``main``."""
+    engine: str
+
+
+class LoweringEngine(Protocol):
+    """Lowers torch FX graph pieces to StableHLO."""
+
+    name: str
+
+    def lower(self, gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> LoweredPiece:
+        """Lower ``gm`` for inputs of these concrete types."""
+        ...
+
+
+class TorchXlaLazyEngine:
+    """torch_xla lazy-tensor tracing (see the module docs)."""
+
+    name = "torch_xla_lazy"
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        os.environ.setdefault("PJRT_DEVICE", "CPU")
+        import torch_xla
+
+        self._xla = torch_xla
+        self._device = torch_xla.device()
+
+    def lower(self, gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> LoweredPiece:
+        """Trace ``gm`` on lazy ``xla`` tensors and return its StableHLO."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from torch_xla.debug import metrics
+
+        C = self._xla._XLAC
+        with self._lock, unset_fake_temporarily(), torch.no_grad():
+            dev = self._device
+            gm = _on_device(gm, dev)
+            ins = [_trace_value(shape, dt).to(dev) for shape, dt in inputs]
+            index = {C._xla_get_tensor_id(t): i for i, t in enumerate(ins)}
+            metrics.clear_counters()
+            try:
+                outs = gm(*ins)
+                fallbacks = metrics.executed_fallback_ops()
+                if fallbacks:
+                    names = ", ".join(sorted(set(fallbacks)))
+                    raise UnsupportedOpError(f"hlobridge backend: torch_xla has no lowering for "
+                                             f"{names}")
+                if metrics.counter_value("ExecuteComputation"):
+                    raise DataDependentError(
+                        "hlobridge backend: lowering the graph needed a tensor's value (a "
+                        "data-dependent shape or a .item()); such graphs are not supported")
+                outs = list(outs)
+                if not all(isinstance(o, torch.Tensor) for o in outs):
+                    raise CompileBackendError("hlobridge backend: a torch graph piece returns a "
+                                              "non-tensor value")
+                ids, values = C._get_tensors_xla_device_data_node(outs)
+                text = C._get_stablehlo(outs, C._xla_get_default_device(), [],
+                                        False).decode("utf-8")
+            finally:
+                C._clear_pending_irs(str(dev))
+            params: list[int | torch.Tensor] = []
+            for tid, value in zip(ids, values):
+                i = index.get(tid)
+                params.append(i if i is not None else value.detach().cpu().clone())
+            specs = [(tuple(o.shape), o.dtype) for o in outs]
+        _check_inputs_kept(gm, inputs, params)
+        return LoweredPiece(text=text, params=params, outputs=specs, engine=self.name)
+
+
+def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
+    their tensors on ``dev`` instead of the CPU."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        device = node.kwargs.get("device")
+        if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":
+            node.kwargs = {**node.kwargs, "device": dev}
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _trace_value(shape: tuple[int, ...], dt: torch.dtype) -> torch.Tensor:
+    """A CPU tensor to trace with: not 0 or 1, which torch_xla would inline."""
+    if dt.is_floating_point or dt.is_complex:
+        return torch.full(shape, 0.5, dtype=dt)
+    if dt == torch.bool:
+        return torch.ones(shape, dtype=dt)
+    return torch.full(shape, 2, dtype=dt)
+
+
+def _check_inputs_kept(gm: torch.fx.GraphModule, inputs: list[TensorSpec],
+                       params: list[int | torch.Tensor]) -> None:
+    """A used 0-d input that is no parameter was inlined as a constant (a
+    0-d bool): refuse rather than bake its trace value in."""
+    kept = {p for p in params if isinstance(p, int)}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, (shape, dt)) in enumerate(zip(placeholders, inputs)):
+        if i not in kept and node.users and len(shape) == 0:
+            raise CompileBackendError(
+                f"hlobridge backend: torch_xla inlined the 0-d {dt} input {node.name} as a "
+                f"constant; pass it as a 1-element tensor or keep it out of the compiled region")
+
+
+_engines: dict[str, LoweringEngine] = {}
+
+
+def get_engine(name: str | None = None) -> LoweringEngine:
+    """The engine named ``name`` (default: ``$HLOBRIDGE_TORCH_ENGINE`` or
+    ``torch_xla_lazy``), created once."""
+    name = name or os.environ.get("HLOBRIDGE_TORCH_ENGINE") or TorchXlaLazyEngine.name
+    eng = _engines.get(name)
+    if eng is None:
+        if name != TorchXlaLazyEngine.name:
+            raise CompileBackendError(f"hlobridge backend: unknown lowering engine {name!r} "
+                                      f"(available: {TorchXlaLazyEngine.name})")
+        eng = _engines[name] = TorchXlaLazyEngine()
+    return eng
