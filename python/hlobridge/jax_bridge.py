@@ -114,7 +114,10 @@ class _Entry:
     platform: str
     outcome: CacheOutcome
     lower_s: float
+    """Seconds spent lowering (for torch_xla calls: capturing and stitching)."""
     compile_s: float
+    num_pending: int = 0
+    """torch_xla calls: how many leading outputs are pending inputs' values."""
 
 
 # id(owner) -> (weakref to owner, or owner itself if it cannot be weakly

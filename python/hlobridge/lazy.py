@@ -38,7 +38,6 @@ from __future__ import annotations
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -48,30 +47,15 @@ from torch_xla.utils import dlpack as xla_dlpack
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
-from hlobridge.jax_bridge import _CODES, _DTYPES, _name, _table, _unhashable, lower, segment_of
-from hlobridge.receipt import CacheOutcome, Segment, _record
+from hlobridge.jax_bridge import (_CODES, _DTYPES, _Entry, _name, _table, _unhashable, lower,
+                                  segment_of)
+from hlobridge.receipt import Segment, _record
 
 __all__ = ["call_jax_lazy"]
 
 _X = torch_xla._XLAC
 _perf = time.perf_counter
 TORCH_SEGMENT = "torch_xla lazy graph"
-
-
-@dataclass(frozen=True, slots=True)
-class _LazyEntry:
-    """One compiled (pending graph, JAX signature) pair."""
-
-    exe: _native.Executable
-    shapes: list[tuple[int, ...]]
-    codes: list[int]
-    num_pending: int
-    out_tree: Any
-    segments: tuple[Segment, ...]
-    platform: str
-    outcome: CacheOutcome
-    capture_s: float
-    compile_s: float
 
 
 def _mlir_type(t: torch.Tensor) -> str:
@@ -141,7 +125,7 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
     if entry is None:
         entry = _build(fn, treedef, leaves, inputs, len(data_ids), pending, wiring)
         _table(owner)[key] = entry
-        outcome, capture_s, compile_s = entry.outcome, entry.capture_s, entry.compile_s
+        outcome, capture_s, compile_s = entry.outcome, entry.lower_s, entry.compile_s
         st = _native.stats()
         hits, compiles = st["cache_hits"], st["compiles"]
     else:
@@ -161,7 +145,7 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
 
 def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list[torch.Tensor],
            num_graph_inputs: int, pending: list[torch.Tensor],
-           wiring: tuple[tuple[str, int], ...]) -> _LazyEntry:
+           wiring: tuple[tuple[str, int], ...]) -> _Entry:
     """Capture the pending graph (whose parameters are the first
     ``num_graph_inputs`` program inputs), lower ``fn``, stitch and compile."""
     platform = _native.runtime().platform
@@ -187,8 +171,8 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list
         segs.append(Segment(name=TORCH_SEGMENT, producer="torch", fingerprint=exe.fingerprint,
                             num_inputs=num_graph_inputs, num_outputs=len(pending)))
     segs.append(segment_of(fn, low, platform, exe.fingerprint, len(wiring), num_out))
-    return _LazyEntry(exe=exe, shapes=[tuple(v.shape) for v in inputs],
-                      codes=[_CODES[v.dtype] for v in inputs], num_pending=len(pending),
-                      out_tree=low.out_tree, segments=tuple(segs), platform=platform,
-                      outcome="content" if hit else "miss", capture_s=capture_s,
-                      compile_s=0.0 if hit else exe.compile_time_s)
+    return _Entry(exe=exe, shapes=[tuple(v.shape) for v in inputs],
+                  codes=[_CODES[v.dtype] for v in inputs], out_tree=low.out_tree,
+                  segments=tuple(segs), platform=platform, outcome="content" if hit else "miss",
+                  lower_s=capture_s, compile_s=0.0 if hit else exe.compile_time_s,
+                  num_pending=len(pending))
