@@ -1,5 +1,5 @@
 """End-to-end benchmark suite (issue #8): every measurement in one run on one
-machine, written to ``<out>/e2e.json`` with PNG plots, and a summary table of
+machine, written to ``<out>/e2e.json`` (and ``e2e.md``, Markdown tables) with PNG plots, and a summary table of
 the targets (met / missed).
 
 Parts (``--only`` picks a subset):
@@ -180,6 +180,57 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(r: dict[str, Any]) -> str:
+    """The results as Markdown tables (for docs/bench.md)."""
+    m = r["machine"]
+    out = [f"Machine: {m['cpu']}, {m['cores']} cores; torch {m['torch']}, jax {m['jax']}, "
+           f"plugin platform {m['platform']}; {'quick' if r['quick'] else 'full'} run started "
+           f"{r['started']} UTC, {r['wall_s']:.0f} s.", ""]
+    if r.get("step"):
+        out += ["| step size | variant | median µs | p10–p90 µs | × fused |", "| --- | --- | ---: | ---: | ---: |"]
+        for s, row in r["step"].items():
+            f = row["variants"][hs.FUSED]["median_us"]
+            for k, v in row["variants"].items():
+                out.append(f"| {s} ({row['shape']}) | {k} | {v['median_us']:.0f} | "
+                           f"{v['p10_us']:.0f}–{v['p90_us']:.0f} | {v['median_us'] / f:.2f} |")
+        out.append("")
+    if "dispatch" in r:
+        out += ["| tiny-program dispatch | median µs | p10–p90 µs |", "| --- | ---: | ---: |"]
+        out += [f"| {k} | {v['median_us']:.1f} | {v['p10_us']:.1f}–{v['p90_us']:.1f} |"
+                for k, v in r["dispatch"].items()]
+        out.append("")
+    if r.get("parse"):
+        out += ["| module | MB | hlobridge parse+print MB/s | MLIR parse+print MB/s (parse / print) | speed-up |",
+                "| --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {p['file']} | {p['mb']:.2f} | {p['ours_mb_s']:.0f} | {p['mlir_mb_s']:.1f} "
+                f"({p['mlir_parse_mb_s']:.1f} / {p['mlir_print_mb_s']:.1f}) | {p['speedup']:.1f}× |"
+                for p in r["parse"]]
+        out.append("")
+    if r.get("stitch"):
+        out += ["| stitch chain | MB in | median ms | p10–p90 ms | MB/s |", "| ---: | ---: | ---: | ---: | ---: |"]
+        out += [f"| {p['segments']} segments | {p['mb_in']:.2f} | {p['time']['median_us'] / 1e3:.1f} | "
+                f"{p['time']['p10_us'] / 1e3:.1f}–{p['time']['p90_us'] / 1e3:.1f} | {p['mb_s']:.0f} |"
+                for p in r["stitch"]]
+        out.append("")
+    if r.get("ragged"):
+        out += ["| ragged attention | q tokens | ragged ms (p10–p90) | padded ms (p10–p90) | speed-up |",
+                "| --- | ---: | ---: | ---: | ---: |"]
+        for p in r["ragged"]:
+            g, d = p["ragged"], p["padded"]
+            out.append(f"| {p['seqs']} seqs | {p['tokens']} | {g['median_us'] / 1e3:.1f} "
+                       f"({g['p10_us'] / 1e3:.1f}–{g['p90_us'] / 1e3:.1f}) | {d['median_us'] / 1e3:.1f} "
+                       f"({d['p10_us'] / 1e3:.1f}–{d['p90_us'] / 1e3:.1f}) | {p['speedup']:.1f}× |")
+        out.append("")
+    if "cache" in r:
+        c = r["cache"]
+        out += [f"Compile cache ({c['mode']}), {c['module']}: cold {c['cold_s']:.2f} s, "
+                f"warm {c['warm_s'] * 1e3:.3f} ms, {c['ratio']:.0f}×.", ""]
+    out += ["| target | measured | goal | |", "| --- | ---: | --- | --- |"]
+    out += [f"| {t['target']} | {t['ratio']:.2f}× | {t['goal']} | {'met' if t['met'] else '**missed**'} |"
+            for t in r["targets"]]
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="few repetitions, small inputs (smoke run)")
@@ -242,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         pngs.append(plots.stitch_plot(r["stitch"], r.get("cache"), a.out / "e2e_stitch_cache.png"))
     r["plots"] = [p.name for p in pngs]
     (a.out / "e2e.json").write_text(json.dumps(r, indent=1))
+    (a.out / "e2e.md").write_text(markdown(r))
     if a.docs:
         a.docs.mkdir(parents=True, exist_ok=True)
         for p in pngs:
