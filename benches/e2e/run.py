@@ -78,7 +78,8 @@ def machine() -> dict[str, Any]:
     return {"cpu": model or platform.processor(), "cores": os.cpu_count(),
             "python": platform.python_version(), "torch": torch.__version__,
             "jax": jax.__version__, "platform": hb.runtime().platform,
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(),
+            "loadavg_1m": os.getloadavg()[0]}
 
 
 def torch_xla_worker(cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -122,6 +123,23 @@ def run_steps(plan: Plan, sizes: list[str], with_txla: bool, tmp: Path) -> dict[
     return res
 
 
+def contention(plan: Plan, threads: int) -> dict[str, Any]:
+    """The small step's hop variants again with torch's default intra-op
+    thread count: torch's OpenMP pool and XLA's pool then compete for the
+    cores at every torch <-> JAX hand-off (recorded, not used for targets)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        steps = hs.variants(*hs.SIZES["small"])
+        keep = (hs.FUSED, hs.UNFUSED, hs.DLPACK, hs.HOST)
+        reps, batch = plan.step["small"]
+        with torch.no_grad():
+            st = interleaved({k: steps[k] for k in keep}, max(5, reps // 4), max(2, batch // 5))
+    finally:
+        torch.set_num_threads(saved)
+    return {"torch_threads": threads, "size": "small", "variants": st}
+
+
 def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets, each with its measured ratio and met / missed."""
     rows = []
@@ -154,6 +172,11 @@ def table(r: dict[str, Any]) -> str:
         for k, v in row["variants"].items():
             lines.append(f"  {k:30} {v['median_us']:10.1f} µs  [p10 {v['p10_us']:.1f}, p90 "
                          f"{v['p90_us']:.1f}]  {v['median_us'] / f:6.2f}x fused")
+    if "step_contention" in r:
+        c = r["step_contention"]
+        lines.append(f"step small with torch's default {c['torch_threads']} threads (contention)")
+        for k, v in c["variants"].items():
+            lines.append(f"  {k:30} {v['median_us']:10.1f} µs  [p10 {v['p10_us']:.1f}, p90 {v['p90_us']:.1f}]")
     if "dispatch" in r:
         lines.append("dispatch, tiny program (x*2+1 on 8 floats)")
         for k, v in r["dispatch"].items():
@@ -184,7 +207,8 @@ def markdown(r: dict[str, Any]) -> str:
     """The results as Markdown tables (for docs/bench.md)."""
     m = r["machine"]
     out = [f"Machine: {m['cpu']}, {m['cores']} cores; torch {m['torch']}, jax {m['jax']}, "
-           f"plugin platform {m['platform']}; {'quick' if r['quick'] else 'full'} run started "
+           f"plugin platform {m['platform']}; torch intra-op threads {m['torch_threads']}; "
+           f"1-min load average at start {m['loadavg_1m']:.1f}; {'quick' if r['quick'] else 'full'} run started "
            f"{r['started']} UTC, {r['wall_s']:.0f} s.", ""]
     if r.get("step"):
         out += ["| step size | variant | median µs | p10–p90 µs | × fused |", "| --- | --- | ---: | ---: | ---: |"]
@@ -193,6 +217,13 @@ def markdown(r: dict[str, Any]) -> str:
             for k, v in row["variants"].items():
                 out.append(f"| {s} ({row['shape']}) | {k} | {v['median_us']:.0f} | "
                            f"{v['p10_us']:.0f}–{v['p90_us']:.0f} | {v['median_us'] / f:.2f} |")
+        out.append("")
+    if "step_contention" in r:
+        c = r["step_contention"]
+        out += [f"Small step again with torch's default {c['torch_threads']} intra-op threads (not used for targets):", "",
+                "| variant | median µs | p10–p90 µs |", "| --- | ---: | ---: |"]
+        out += [f"| {k} | {v['median_us']:.0f} | {v['p10_us']:.0f}–{v['p90_us']:.0f} |"
+                for k, v in c["variants"].items()]
         out.append("")
     if "dispatch" in r:
         out += ["| tiny-program dispatch | median µs | p10–p90 µs |", "| --- | ---: | ---: |"]
@@ -238,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="small,medium,large", help="step sizes: small,medium,large")
     ap.add_argument("--no-torch-xla", dest="torch_xla", action="store_false",
                     help="skip torch_xla's call_jax (needs the jax 0.7.1 venv)")
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="torch intra-op threads for the step (default 1: with more, torch's "
+                         "OpenMP pool and XLA's pool fight over the cores at each hop; the small "
+                         "step is also run with torch's default and recorded as step_contention)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     ap.add_argument("--docs", type=Path, default=None,
                     help="also copy the plots here (make bench: docs/bench)")
@@ -250,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(a.quick)
     a.out.mkdir(parents=True, exist_ok=True)
     cache_dir = Path(os.environ.get("HLOBRIDGE_BENCH_CACHE", ROOT / ".cache"))
+    default_threads = torch.get_num_threads()
+    torch.set_num_threads(a.torch_threads)
     r: dict[str, Any] = {"machine": machine(), "quick": a.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -257,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             print("step ...", flush=True)
             r["step"] = run_steps(plan, sizes, a.torch_xla, Path(tmp))
             txla_tiny = r["step"].pop("_txla_tiny", None)
+            if "small" in sizes and default_threads != a.torch_threads:
+                r["step_contention"] = contention(plan, default_threads)
         else:
             txla_tiny = None
     if "dispatch" in only:
