@@ -11,12 +11,12 @@ Segments (producer in brackets):
 The fused program is checked against the same step in eager PyTorch
 (autograd + torch.optim.SGD(momentum=0.9)) and timed against the unfused
 way: torch eager for the torch parts and one hlobridge.call_jax program per
-JAX part, with DLPack hand-offs in between.
+JAX part, with DLPack hand-offs in between. The shared pieces (JAX math,
+torch modules, segment export, stitch) live in ``hybrid_common.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -24,108 +24,22 @@ import time
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.dlpack import from_dlpack  # noqa: E402
 
 import hlobridge as hb  # noqa: E402
 from hlobridge import _native  # noqa: E402
+from hybrid_common import (  # noqa: E402  (examples/, beside this script)
+    BETA, INPUT_NAMES, LR, act_loss, build_fused, make_inputs, sgd)
 
 # (batch, in, out): a small-op-bound size and a matmul-bound one.
 SIZES = [(16, 32, 32), (64, 128, 128)]
-LR, BETA = 0.05, 0.9
-
-
-def act(h):
-    return jnp.sin(h) * jnp.exp(-0.1 * h * h)
-
-
-def act_loss(h, y):
-    def loss_of(h):
-        a = act(h)
-        return jnp.mean((a - y) ** 2)
-
-    loss, vjp = jax.vjp(loss_of, h)
-    (dh,) = vjp(jnp.ones((), h.dtype))
-    return loss, dh
-
-
-def sgd(w, b, mw, mb, dw, db):
-    mw = BETA * mw + dw
-    mb = BETA * mb + db
-    return w - LR * mw, b - LR * mb, mw, mb
-
-
-class Linear(torch.nn.Module):
-    def forward(self, x, w, b):
-        return x @ w.T + b
-
-
-class LinearGrad(torch.nn.Module):
-    def forward(self, dh, x, ones):
-        return dh.T @ x, dh.T @ ones
-
-
-def torch_segment(module: torch.nn.Module, examples: tuple[torch.Tensor, ...]) -> tuple[str, list[int]]:
-    """StableHLO of `module` via torch.export + torch_xla, and for each
-    parameter of its @main the index of the user input it takes."""
-    from torch_xla.stablehlo import exported_program_to_stablehlo
-
-    shlo = exported_program_to_stablehlo(torch.export.export(module, examples))
-    meta = shlo._bundle.stablehlo_funcs[0].meta
-    order = []
-    for loc in meta.input_locations:
-        if loc.type_.value != "input_arg":
-            raise SystemExit(f"unexpected torch_xla input kind {loc.type_}")
-        order.append(loc.position)
-    return shlo.get_stablehlo_text(), order
-
-
-def jax_segment(fn, *examples: torch.Tensor) -> str:
-    sds = [jax.ShapeDtypeStruct(tuple(t.shape), jnp.float32) for t in examples]
-    return jax.jit(fn).lower(*sds).as_text()
-
-
-def ttype(t: torch.Tensor) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in t.shape) + "f32>"
 
 
 def run(N: int, D_IN: int, D_OUT: int, verbose: bool) -> tuple[bool, float, float]:
-    g = torch.Generator().manual_seed(int(os.environ.get("HLOBRIDGE_DEMO_SEED", "0")))
-    x = torch.randn(N, D_IN, generator=g)
-    y = torch.randn(N, D_OUT, generator=g) * 0.5
-    w = torch.randn(D_OUT, D_IN, generator=g) / D_IN**0.5
-    b = torch.zeros(D_OUT)
-    mw = torch.randn(D_OUT, D_IN, generator=g) * 0.01
-    mb = torch.zeros(D_OUT)
-    ones = torch.ones(N)
-    h = x @ w.T + b
-
-    lin_text, lin_order = torch_segment(Linear(), (x, w, b))
-    lg_text, lg_order = torch_segment(LinearGrad(), (h, x, ones))
-    names_lin = ["x", "w", "b"]
-    names_lg = ["dh", "x", "ones"]
-    inputs = [("x", x), ("y", y), ("w", w), ("b", b), ("mw", mw), ("mb", mb), ("ones", ones)]
-    segments = [
-        ("linear", "torch", lin_text, "main", [names_lin[i] for i in lin_order], ["h"]),
-        ("act_loss", "jax", jax_segment(act_loss, h, y), "main", ["h", "y"], ["loss", "dh"]),
-        ("linear_grad", "torch", lg_text, "main", [names_lg[i] for i in lg_order], ["dw", "db"]),
-        ("sgd", "jax", jax_segment(sgd, w, b, mw, mb, w, b), "main",
-         ["w", "b", "mw", "mb", "dw", "db"], ["w2", "b2", "mw2", "mb2"]),
-    ]
-    outputs = ["loss", "w2", "b2", "mw2", "mb2"]
-    fused_text, report_json = _native.stitch(
-        [(n, ttype(t), False) for n, t in inputs], segments, outputs)
-    report = json.loads(report_json)
-    exe, _ = _native.compile(fused_text)
-    codes = [_native.ELEMENT_TYPES["f32"]] * len(inputs)
-    shapes = [tuple(t.shape) for _, t in inputs]
-    tensors = [t.contiguous() for _, t in inputs]
-
-    def fused_step():
-        caps, *_ = _native.execute(exe, [t.data_ptr() for t in tensors], shapes, codes, tensors)
-        return [from_dlpack(c) for c in caps]
+    inp = make_inputs(N, D_IN, D_OUT, int(os.environ.get("HLOBRIDGE_DEMO_SEED", "0")))
+    x, y, w, b, mw, mb, ones = (inp[k] for k in INPUT_NAMES)
+    fused = build_fused(inp)
+    fused_text, report, exe, fused_step = fused.text, fused.report, fused.exe, fused.run
 
     loss, w2, b2, mw2, mb2 = fused_step()
 

@@ -1,0 +1,101 @@
+"""PNG plots of the e2e results (matplotlib, Agg backend, small files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+DPI = 80
+
+
+def _err(stats: list[dict[str, float]]) -> list[list[float]]:
+    return [[s["median_us"] - s["p10_us"] for s in stats], [s["p90_us"] - s["median_us"] for s in stats]]
+
+
+def _save(fig: Any, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
+
+
+def step_plot(step: dict[str, Any], out: Path) -> Path:
+    sizes = list(step)
+    variants = list(next(iter(step.values()))["variants"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(variants)
+    for i, v in enumerate(variants):
+        st = [step[s]["variants"].get(v) for s in sizes]
+        xs = [j + i * width for j, s in enumerate(st) if s]
+        st = [s for s in st if s]
+        ax.bar(xs, [s["median_us"] for s in st], width, yerr=_err(st), label=v, capsize=2)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sizes))])
+    ax.set_xticklabels([f"{s}\n{step[s]['shape']}" for s in sizes])
+    ax.set_yscale("log")
+    ax.set_ylabel("µs per step (median, p10-p90)")
+    ax.set_title("Hybrid training step (torch + JAX act/loss + JAX SGD)")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def dispatch_plot(disp: dict[str, Any], out: Path) -> Path:
+    names = list(disp)
+    st = [disp[n] for n in names]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.barh(names, [s["median_us"] for s in st], xerr=_err(st), capsize=2)
+    ax.set_xscale("log")
+    ax.set_xlabel("µs per call (median, p10-p90)")
+    ax.set_title("Dispatch of a tiny program (x*2+1, 8 floats)")
+    return _save(fig, out)
+
+
+def parse_plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    labels = [f"{r['file']}\n{r['mb']:.1f} MB" for r in rows]
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["ours_mb_s"] for r in rows], 0.4, label="hlobridge parse+print")
+    ax.bar([x + 0.2 for x in xs], [r["mlir_mb_s"] for r in rows], 0.4, label="MLIR (jaxlib) parse+print")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("MB/s (median)")
+    ax.set_title("Parse + print throughput")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def ragged_plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 3))
+    xs = range(len(rows))
+    for off, key in ((-0.2, "ragged"), (0.2, "padded")):
+        st = [r[key] for r in rows]
+        ax.bar([x + off for x in xs], [s["median_us"] / 1e3 for s in st], 0.4, label=key,
+               yerr=[[e / 1e3 for e in side] for side in _err(st)], capsize=2)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([f"{r['seqs']} seqs\n{r['tokens']} q tokens" for r in rows], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per batch (median, p10-p90)")
+    ax.set_title("Ragged paged attention vs padded (CPU reference)")
+    ax.legend(fontsize=7)
+    return _save(fig, out)
+
+
+def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: Path) -> Path:
+    fig, axes = plt.subplots(1, 2 if cache else 1, figsize=(8 if cache else 4, 3), squeeze=False)
+    ax = axes[0][0]
+    ax.plot([r["mb_in"] for r in rows], [r["mb_s"] for r in rows], "o-")
+    ax.set_xscale("log")
+    ax.set_xlabel("segment text in (MB)")
+    ax.set_ylabel("MB/s (median)")
+    ax.set_title("Stitch (parse + splice + print)")
+    if cache:
+        ax = axes[0][1]
+        ax.bar(["cold", "warm"], [cache["cold_s"], cache["warm_s"]])
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"Compile cache ({cache['mode']})")
+    return _save(fig, out)

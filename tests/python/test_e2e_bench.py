@@ -1,0 +1,49 @@
+"""Smoke test of the end-to-end benchmark suite (``benches/e2e/run.py``): a
+``--quick`` run of the cheap parts (dispatch, the small hybrid step; no
+torch_xla venv) writes ``e2e.json`` with the documented schema and its plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAT_KEYS = {"median_us", "p10_us", "p90_us", "reps", "batch"}
+
+
+def _is_stats(s: object) -> bool:
+    return isinstance(s, dict) and STAT_KEYS <= s.keys() and s["p10_us"] <= s["median_us"] <= s["p90_us"]
+
+
+def test_quick_e2e_run_writes_json_and_plots(tmp_path: Path) -> None:
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONWARNINGS="ignore")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "e2e" / "run.py"), "--quick",
+         "--only", "dispatch,step", "--sizes", "small", "--no-torch-xla", "--out", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    res = json.loads((tmp_path / "e2e.json").read_text())
+    assert res["quick"] is True and res["machine"]["cores"] >= 1
+
+    step = res["step"]["small"]
+    assert step["shape"] == "batch 16, 32->32"
+    for variant in ("hlobridge fused", "dlpack hop", "host copy hop", "pure jax"):
+        assert _is_stats(step["variants"][variant]), variant
+    assert all(d < 1e-3 for d in step["max_abs_diff"].values())
+
+    for variant in ("hlobridge call_jax", "native execute", "jax.jit", "torch eager"):
+        assert _is_stats(res["dispatch"][variant]), variant
+
+    targets = {t["target"]: t for t in res["targets"]}
+    assert "fused vs DLPack hop, small (speed-up)" in targets
+    assert all(isinstance(t["met"], bool) and t["ratio"] > 0 for t in targets.values())
+    assert "targets" in out.stdout and ("met" in out.stdout or "MISSED" in out.stdout)
+
+    assert res["plots"] == ["e2e_step.png", "e2e_dispatch.png"]
+    for name in res["plots"]:
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size < 100_000
