@@ -90,8 +90,8 @@ impl Executable {
         self.inner.compile_s
     }
     /// Whether it was loaded from the persistent compile cache.
-    #[getter]
-    fn from_disk_cache(&self) -> bool {
+    #[getter(from_disk_cache)]
+    fn loaded_from_disk(&self) -> bool {
         self.inner.from_disk
     }
     /// The fusions of the optimized (post-XLA-pass) program, each as
