@@ -14,6 +14,7 @@ pub mod ir;
 pub mod parse;
 pub mod print;
 pub mod stitch;
+pub mod viz;
 
 pub use error::{Error, ParseError, Result, SeamMismatch};
 pub use ir::Module;

@@ -100,6 +100,9 @@ class Executable:
     def compile_time_s(self) -> float:
         """Seconds the PJRT compilation took."""
     @property
+    def from_disk_cache(self) -> bool:
+        """Loaded from the persistent compile cache instead of compiled."""
+    @property
     def fusions(self) -> list[tuple[str, str, list[str]]]:
         """Fusions of the optimized program: ``(name, kind, opcodes)`` each."""
     @property
@@ -110,10 +113,23 @@ def compile(
     text: str, xla_options: dict[str, bool | int | float | str] | None = None
 ) -> tuple[Executable, bool]:
     """Compile StableHLO module text (GIL released), or return the cached
-    executable for identical text and options. Returns ``(executable, cache_hit)``."""
+    executable for identical text and options. On an in-memory miss the
+    persistent disk cache is tried before compiling (see
+    ``compile_cache_info``). Returns ``(executable, cache_hit)``; ``cache_hit``
+    is true for in-memory hits only (``Executable.from_disk_cache`` tells a
+    disk hit)."""
 
 def clear_compile_cache() -> int:
-    """Drop every cached executable; returns how many there were."""
+    """Drop every cached executable; returns how many there were. The
+    persistent (disk) cache is left alone."""
+
+def compile_cache_info() -> dict[str, str | bool | int]:
+    """The persistent compile cache: ``dir``, ``enabled``, ``entries`` and
+    ``bytes`` (on disk now), ``max_bytes``, and this process's ``disk_hits``
+    and ``disk_writes``. Configured by ``HLOBRIDGE_CACHE`` (``0`` disables),
+    ``HLOBRIDGE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/hlobridge/executables``
+    or ``~/.cache/hlobridge/executables``) and ``HLOBRIDGE_CACHE_MAX_BYTES``
+    (default 2 GiB, least recently used entries evicted)."""
 
 def execute(
     exe: Executable,
@@ -133,7 +149,9 @@ def execute(
 
 def stats() -> dict[str, int]:
     """Process-wide counters: input_views, input_copies, input_copied_bytes,
-    outputs, compiles, cache_hits, executions."""
+    outputs, compiles (real PJRT compiles), cache_hits (in-memory),
+    disk_cache_hits (executables loaded from the persistent cache, not
+    compiles), executions."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

@@ -7,7 +7,13 @@
 //! program). Two modules with the same text (e.g. the same JAX function
 //! defined twice) share one compilation. The cache is unbounded; use
 //! `clear_compile_cache()` to drop it.
+//!
+//! Behind it sits the persistent cache ([`crate::disk_cache`]): on an
+//! in-memory miss the serialized executable is looked up on disk (keyed by
+//! plugin identity, options and text) and deserialized; a real compile
+//! stores its serialized executable there.
 
+use crate::disk_cache::{self, Config, Key};
 use crate::errors::pjrt_to_py;
 use crate::runtime;
 use crate::stats;
@@ -25,8 +31,11 @@ pub struct Compiled {
     pub exe: LoadedExecutable,
     /// Short content fingerprint (hex) of the module text and options.
     pub fingerprint: String,
-    /// Seconds the PJRT compilation took.
+    /// Seconds the PJRT compilation took (for an executable loaded from
+    /// the disk cache: seconds reading and deserializing it).
     pub compile_s: f64,
+    /// Loaded from the disk cache rather than compiled.
+    pub from_disk: bool,
 }
 
 type Cache = Mutex<HashMap<Vec<u8>, Arc<Compiled>>>;
@@ -74,10 +83,16 @@ impl Executable {
     fn fingerprint(&self) -> &str {
         &self.inner.fingerprint
     }
-    /// Seconds the PJRT compilation took.
+    /// Seconds the PJRT compilation took (loading time when it came from
+    /// the disk cache).
     #[getter]
     fn compile_time_s(&self) -> f64 {
         self.inner.compile_s
+    }
+    /// Whether it was loaded from the persistent compile cache.
+    #[getter(from_disk_cache)]
+    fn loaded_from_disk(&self) -> bool {
+        self.inner.from_disk
     }
     /// The fusions of the optimized (post-XLA-pass) program, each as
     /// `(name, kind, opcodes)`: the fusion instruction's name, its kind
@@ -170,24 +185,57 @@ pub fn compile(
     }
     let rt = runtime::shared(py)?;
     let fp = fingerprint(&key);
+    let cfg = Config::from_env();
+    let ident = if cfg.enabled {
+        plugin_identity(&rt)
+    } else {
+        ""
+    };
     let compiled = py
         .allow_threads(|| {
+            let dkey = Key {
+                plugin: ident,
+                options: &encoded,
+                text,
+            };
+            if cfg.enabled {
+                if let Some(c) = load_from_disk(&rt, &cfg, &dkey, &fp) {
+                    return Ok(c);
+                }
+            }
             let t0 = Instant::now();
             let exe = rt.client.compile(&Program::mlir_text(text), &opts)?;
-            Ok(Compiled {
+            let compiled = Compiled {
                 exe,
                 fingerprint: fp,
                 compile_s: t0.elapsed().as_secs_f64(),
-            })
+                from_disk: false,
+            };
+            if cfg.enabled {
+                match compiled.exe.serialize() {
+                    Ok(bytes) => disk_cache::store(&cfg, &dkey, &bytes),
+                    Err(e) => tracing::warn!(error = %e, "compile cache: the plugin cannot serialize executables; not cached on disk"),
+                }
+            }
+            Ok::<_, pjrt_client::Error>(compiled)
         })
         .map_err(pjrt_to_py)?;
-    stats::COMPILES.add(1);
-    tracing::info!(
-        fingerprint = %compiled.fingerprint,
-        seconds = compiled.compile_s,
-        bytes = text.len(),
-        "compiled program"
-    );
+    if compiled.from_disk {
+        stats::DISK_CACHE_HITS.add(1);
+        tracing::info!(
+            fingerprint = %compiled.fingerprint,
+            seconds = compiled.compile_s,
+            "loaded program from the disk compile cache"
+        );
+    } else {
+        stats::COMPILES.add(1);
+        tracing::info!(
+            fingerprint = %compiled.fingerprint,
+            seconds = compiled.compile_s,
+            bytes = text.len(),
+            "compiled program"
+        );
+    }
     // Another thread may have compiled the same module meanwhile: keep the
     // first entry so every caller shares one executable.
     let entry = lock(cache())
@@ -205,6 +253,54 @@ pub fn clear_compile_cache() -> usize {
     let n = c.len();
     c.clear();
     n
+}
+
+/// The plugin identity of the shared runtime (computed once).
+fn plugin_identity(rt: &runtime::Shared) -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| disk_cache::plugin_identity(&rt.client, &rt.found.path))
+}
+
+/// The executable for `key` from the disk cache, or `None` (miss, or an
+/// entry that does not deserialize: logged, deleted, compile instead).
+fn load_from_disk(rt: &runtime::Shared, cfg: &Config, key: &Key<'_>, fp: &str) -> Option<Compiled> {
+    let t0 = Instant::now();
+    let bytes = disk_cache::load(&cfg.dir, key)?;
+    match rt.client.deserialize_executable(&bytes, None) {
+        Ok(exe) => Some(Compiled {
+            exe,
+            fingerprint: fp.to_string(),
+            compile_s: t0.elapsed().as_secs_f64(),
+            from_disk: true,
+        }),
+        Err(e) => {
+            let path = disk_cache::entry_path(&cfg.dir, key);
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "compile cache: entry does not deserialize (corrupt or incompatible); deleting it and compiling"
+            );
+            disk_cache::discard(&path);
+            None
+        }
+    }
+}
+
+/// The persistent compile cache: `dir`, `enabled`, `entries`, `bytes`,
+/// `max_bytes`, `disk_hits` and `disk_writes` (this process).
+#[pyfunction]
+pub fn compile_cache_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let cfg = Config::from_env();
+    let (entries, bytes) = disk_cache::usage(&cfg.dir);
+    let d = PyDict::new(py);
+    d.set_item("dir", cfg.dir.display().to_string())?;
+    d.set_item("enabled", cfg.enabled)?;
+    d.set_item("entries", entries)?;
+    d.set_item("bytes", bytes)?;
+    d.set_item("max_bytes", cfg.max_bytes)?;
+    d.set_item("disk_hits", stats::DISK_CACHE_HITS.get())?;
+    d.set_item("disk_writes", disk_cache::DISK_WRITES.get())?;
+    Ok(d)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -7,9 +7,11 @@
 //! client ([`runtime`]), compilation with a content-keyed cache
 //! ([`executable`]), zero-copy execution on raw host pointers ([`execute`],
 //! outputs as DLPack capsules from [`dlpack`]), counters ([`stats`]), the
-//! `call_jax` hot path ([`fastcall`]) and per-thread receipts ([`receipt`]).
+//! persistent on-disk compile cache ([`disk_cache`]), the `call_jax` hot
+//! path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 //! Rust logs reach Python's `logging` through [`logging`].
 
+mod disk_cache;
 mod dlpack;
 mod dtype;
 mod errors;
@@ -61,6 +63,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(runtime::runtime, m)?)?;
     m.add_function(wrap_pyfunction!(executable::compile, m)?)?;
     m.add_function(wrap_pyfunction!(executable::clear_compile_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(executable::compile_cache_info, m)?)?;
     m.add_function(wrap_pyfunction!(execute::execute, m)?)?;
     m.add_function(wrap_pyfunction!(stats::stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;

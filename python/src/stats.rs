@@ -1,5 +1,5 @@
 //! Process-wide runtime counters (views, copies, compiles, cache hits,
-//! executions), exposed to Python as `hlobridge._native.stats()`.
+//! disk cache hits, executions), exposed to Python as `hlobridge._native.stats()`.
 //!
 //! Counters are relaxed atomics: they are monotonic tallies read by tests and
 //! receipts, never used for synchronisation.
@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    const fn new() -> Self {
+    /// A counter at zero.
+    pub(crate) const fn new() -> Self {
         Counter(AtomicU64::new(0))
     }
     /// Adds `n`.
@@ -44,6 +45,9 @@ pub static COMPILES: Counter = Counter::new();
 /// and the Python per-function cache, which reports through
 /// [`record_cache_hit`]).
 pub static CACHE_HITS: Counter = Counter::new();
+/// Executables loaded from the persistent (disk) compile cache instead of
+/// compiling; not counted in `COMPILES` or `CACHE_HITS`.
+pub static DISK_CACHE_HITS: Counter = Counter::new();
 /// Executions.
 pub static EXECUTIONS: Counter = Counter::new();
 
@@ -54,6 +58,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("outputs", &OUTPUTS),
     ("compiles", &COMPILES),
     ("cache_hits", &CACHE_HITS),
+    ("disk_cache_hits", &DISK_CACHE_HITS),
     ("executions", &EXECUTIONS),
 ];
 

@@ -6,15 +6,28 @@ Environment knobs:
   HLOBRIDGE_CORPUS_SAMPLE  check only every k-th corpus file so that about N files remain (quick runs)
   HLOBRIDGE_SKIP_LIVE=1    do not generate live jax/torch modules at collection time
   HLOBRIDGE_TEST_WORKERS   worker processes (default: min(2, cpus))
+
+HLOBRIDGE_CACHE_DIR is always set to a fresh temporary directory (see below).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
-import pytest
+# The persistent compile cache must never touch the user's real cache
+# (~/.cache/hlobridge): every test process (and the subprocesses it starts,
+# which inherit the environment) uses a fresh temporary directory, removed
+# at exit. Set before anything imports hlobridge.
+_CACHE_DIR = tempfile.mkdtemp(prefix="hlobridge-test-cache-")
+os.environ["HLOBRIDGE_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
+
+import pytest  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -5,6 +5,7 @@ mod cmd_fmt;
 mod cmd_inspect;
 mod cmd_run;
 mod cmd_stitch;
+mod cmd_viz;
 mod compare;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,8 @@ enum Command {
     /// Run a StableHLO test suite (check.expect_* modules) through a PJRT
     /// plugin and compare the results on the host.
     Conform(cmd_conform::ConformArgs),
+    /// Draw a stitch plan or a module as SVG, HTML or Graphviz DOT.
+    Viz(cmd_viz::VizArgs),
 }
 
 fn init_logging() {
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Run(a) => cmd_run::run(a),
         Command::Stitch(a) => cmd_stitch::run(a),
+        Command::Viz(a) => cmd_viz::run(a),
         Command::Conform(a) => match cmd_conform::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -7,24 +7,24 @@ use crate::ir::{AttrId, Attribute, Module, NamedAttr, OpId, Type, TypeId};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The entry function of a segment, read from its module.
-pub(super) struct Entry {
-    pub(super) func: OpId,
-    pub(super) params: Vec<TypeId>,
-    pub(super) results: Vec<TypeId>,
-    pub(super) arg_attrs: Vec<Vec<NamedAttr>>,
-    pub(super) res_attrs: Vec<Vec<NamedAttr>>,
+pub(crate) struct Entry {
+    pub(crate) func: OpId,
+    pub(crate) params: Vec<TypeId>,
+    pub(crate) results: Vec<TypeId>,
+    pub(crate) arg_attrs: Vec<Vec<NamedAttr>>,
+    pub(crate) res_attrs: Vec<Vec<NamedAttr>>,
     /// Output port names (`jax.result_info` or `outN`).
-    pub(super) port_names: Vec<String>,
+    pub(crate) port_names: Vec<String>,
 }
 
 /// Where a handle comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Def {
+pub(crate) enum Def {
     Input(usize),
     Segment(usize, usize),
 }
 
-pub(super) fn check_unique_names(p: &Program) -> Result<()> {
+pub(crate) fn check_unique_names(p: &Program) -> Result<()> {
     let mut seen = FxHashSet::default();
     for s in &p.segments {
         if !seen.insert(s.name.as_str()) {
@@ -37,7 +37,7 @@ pub(super) fn check_unique_names(p: &Program) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn find_entry(seg: &Segment) -> Result<Entry> {
+pub(crate) fn find_entry(seg: &Segment) -> Result<Entry> {
     let m = &seg.module;
     let mut available = Vec::new();
     // Functions are direct children of the top-level module(s): no deep walk.
@@ -82,7 +82,7 @@ pub(super) fn find_entry(seg: &Segment) -> Result<Entry> {
     )))
 }
 
-pub(super) fn entry_info(m: &Module, func: OpId, seg: &str) -> Result<Entry> {
+pub(crate) fn entry_info(m: &Module, func: OpId, seg: &str) -> Result<Entry> {
     let (params, results) = match m.op_attr(func, "function_type").map(|a| m.attr(a)) {
         Some(Attribute::Type(t)) => match m.ty(*t) {
             Type::Function { inputs, results } => (inputs.clone(), results.clone()),
@@ -147,7 +147,7 @@ pub(super) fn entry_info(m: &Module, func: OpId, seg: &str) -> Result<Entry> {
     })
 }
 
-pub(super) fn output_handle_names(p: &Program, entries: &[Entry]) -> Result<Vec<Vec<String>>> {
+pub(crate) fn output_handle_names(p: &Program, entries: &[Entry]) -> Result<Vec<Vec<String>>> {
     p.segments
         .iter()
         .zip(entries)
@@ -178,7 +178,7 @@ pub(super) fn output_handle_names(p: &Program, entries: &[Entry]) -> Result<Vec<
         .collect()
 }
 
-pub(super) fn define_handles(
+pub(crate) fn define_handles(
     p: &Program,
     out_names: &[Vec<String>],
 ) -> Result<FxHashMap<String, Def>> {
@@ -219,7 +219,7 @@ pub(super) fn define_handles(
     Ok(defs)
 }
 
-pub(super) fn topo_order(p: &Program, defs: &FxHashMap<String, Def>) -> Result<Vec<usize>> {
+pub(crate) fn topo_order(p: &Program, defs: &FxHashMap<String, Def>) -> Result<Vec<usize>> {
     let n = p.segments.len();
     let mut indeg = vec![0usize; n];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];

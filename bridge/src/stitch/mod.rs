@@ -10,11 +10,11 @@
 
 mod dce;
 mod emit;
-mod graph;
+pub(crate) mod graph;
 mod merge;
 mod plan;
 mod report;
-mod sharding;
+pub(crate) mod sharding;
 
 pub use merge::stitch;
 pub use plan::{Plan, PlanInput, PlanOutput, PlanSegment};

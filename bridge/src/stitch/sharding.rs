@@ -6,7 +6,7 @@ use crate::ir::{AttrId, Attribute, Module, NamedAttr, Type, TypeId, ValueId};
 
 /// The sharding attribute (`sdy.sharding` or `mhlo.sharding`) in a port's
 /// attribute list.
-pub(super) fn port_sharding(m: &Module, attrs: &[NamedAttr]) -> Option<NamedAttr> {
+pub(crate) fn port_sharding(m: &Module, attrs: &[NamedAttr]) -> Option<NamedAttr> {
     attrs
         .iter()
         .find(|a| matches!(m.str(a.name), "sdy.sharding" | "mhlo.sharding"))
