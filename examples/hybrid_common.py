@@ -111,6 +111,33 @@ class FusedStep:
     report: dict[str, Any]
     exe: Any
     run: Callable[[], list[torch.Tensor]]
+    plan: tuple[list[Any], list[Any], list[str]]
+    """The ``_native.stitch`` arguments: inputs, segments, outputs."""
+
+
+def write_plan(directory: str, plan: tuple[list[Any], list[Any], list[str]]) -> str:
+    """Write ``plan`` (the ``_native.stitch`` arguments) as a stitch plan
+    directory: ``plan.toml`` plus one ``.mlir`` per segment, for
+    ``hlobridge stitch`` / ``hlobridge viz``. Returns the plan's path."""
+    import os
+
+    inputs, segments, outputs = plan
+    os.makedirs(directory, exist_ok=True)
+    lines: list[str] = []
+    for name, ty, donate in inputs:
+        lines += ["[[input]]", f'name = "{name}"', f'type = "{ty}"', f"donate = {str(donate).lower()}"]
+    for name, producer, text, entry, ins, outs in segments:
+        with open(os.path.join(directory, f"{name}.mlir"), "w") as f:
+            f.write(text)
+        lines += ["[[segment]]", f'name = "{name}"', f'module = "{name}.mlir"',
+                  f'producer = "{producer}"', f'entry = "{entry}"', f"inputs = {json.dumps(ins)}",
+                  f"outputs = {json.dumps(outs)}"]
+    for handle in outputs:
+        lines += ["[[output]]", f'handle = "{handle}"']
+    path = os.path.join(directory, "plan.toml")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
 
 
 def build_fused(inp: dict[str, torch.Tensor]) -> FusedStep:
@@ -133,8 +160,8 @@ def build_fused(inp: dict[str, torch.Tensor]) -> FusedStep:
         ("sgd", "jax", jax_segment(sgd, w, b, mw, mb, w, b), "main",
          ["w", "b", "mw", "mb", "dw", "db"], ["w2", "b2", "mw2", "mb2"]),
     ]
-    fused_text, report_json = _native.stitch(
-        [(n, ttype(inp[n]), False) for n in INPUT_NAMES], segments, list(OUTPUT_NAMES))
+    plan_inputs = [(n, ttype(inp[n]), False) for n in INPUT_NAMES]
+    fused_text, report_json = _native.stitch(plan_inputs, segments, list(OUTPUT_NAMES))
     exe, _ = _native.compile(fused_text)
     tensors = [inp[n].contiguous() for n in INPUT_NAMES]
     ptrs = [t.data_ptr() for t in tensors]
@@ -145,4 +172,5 @@ def build_fused(inp: dict[str, torch.Tensor]) -> FusedStep:
         caps, *_ = _native.execute(exe, ptrs, shapes, codes, tensors)
         return [from_dlpack(c) for c in caps]
 
-    return FusedStep(fused_text, json.loads(report_json), exe, run)
+    return FusedStep(fused_text, json.loads(report_json), exe, run,
+                     (plan_inputs, segments, list(OUTPUT_NAMES)))

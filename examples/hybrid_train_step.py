@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import hlobridge as hb  # noqa: E402
 from hlobridge import _native  # noqa: E402
 from hybrid_common import (  # noqa: E402  (examples/, beside this script)
-    BETA, INPUT_NAMES, LR, act_loss, build_fused, make_inputs, sgd)
+    BETA, INPUT_NAMES, LR, act_loss, build_fused, make_inputs, sgd, write_plan)
 
 # (batch, in, out): a small-op-bound size and a matmul-bound one.
 SIZES = [(16, 32, 32), (64, 128, 128)]
@@ -40,6 +40,10 @@ def run(N: int, D_IN: int, D_OUT: int, verbose: bool) -> tuple[bool, float, floa
     x, y, w, b, mw, mb, ones = (inp[k] for k in INPUT_NAMES)
     fused = build_fused(inp)
     fused_text, report, exe, fused_step = fused.text, fused.report, fused.exe, fused.run
+    plan_dir = os.environ.get("HLOBRIDGE_DEMO_PLAN_DIR")
+    if verbose and plan_dir:
+        print(f"(stitch plan written to {write_plan(plan_dir, fused.plan)}; "
+              f"draw it with `hlobridge viz`)")
 
     loss, w2, b2, mw2, mb2 = fused_step()
 

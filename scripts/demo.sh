@@ -36,4 +36,11 @@ PY
 
 echo
 echo "== A PyTorch model calling a JAX function, trained with a JAX optimizer update: ONE fused program"
-PJRT_DEVICE=CPU .venv/bin/python examples/hybrid_train_step.py 2> >(grep -v -E '^(WARNING: All log messages|I0000)' >&2)
+HLOBRIDGE_DEMO_PLAN_DIR="$out/demo_plan" PJRT_DEVICE=CPU .venv/bin/python examples/hybrid_train_step.py \
+    2> >(grep -v -E '^(WARNING: All log messages|I0000)' >&2)
+
+echo
+echo "== The stitched program as a picture: hlobridge viz"
+.venv/bin/hlobridge viz "$out/demo_plan/plan.toml" -o "$out/demo_graph.html"
+.venv/bin/hlobridge viz "$out/demo_plan/plan.toml" -o "$out/demo_graph.svg" --layout builtin
+echo "wrote $out/demo_graph.html and $out/demo_graph.svg"
