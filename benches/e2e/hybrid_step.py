@@ -11,7 +11,11 @@ process, checked against each other, then timed interleaved:
 - ``host copy hop``: the same, but through numpy with explicit copies
   (``jnp.array(t.numpy())`` in, ``np.array(jax_array)`` out);
 - ``pure jax``: the whole step in one ``jax.jit`` on arrays already in JAX
-  (the XLA limit: jaxlib's own CPU client, no framework hop).
+  (the XLA limit: jaxlib's own CPU client, no framework hop);
+- ``pure jax @plugin``: the same jitted step lowered to StableHLO and run by
+  hlobridge's runtime on the xla-cpu-pjrt plugin: pure JAX on the SAME XLA
+  build as the fused program, so the ratio to it is the cost of stitching
+  itself (jaxlib's bundled XLA CPU is a different, faster-at-matmul build).
 
 torch_xla's ``call_jax`` (variant d) needs jax 0.7.1 and runs in a subprocess
 (``txla_worker.py``); its outputs are written to an ``.npz`` and checked
@@ -48,6 +52,7 @@ UNFUSED = "hlobridge call_jax (unfused)"
 DLPACK = "dlpack hop"
 HOST = "host copy hop"
 PURE_JAX = "pure jax"
+PURE_JAX_PLUGIN = "pure jax @plugin"
 TORCH_XLA = "torch_xla call_jax"
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
@@ -87,13 +92,24 @@ def variants(n: int, d_in: int, d_out: int) -> dict[str, Step]:
         outs = jsgd(*(jnp.array(t.numpy()) for t in (w, b, mw, mb, dw, db)))
         return [torch.from_numpy(np.array(o)) for o in (loss, *outs)]
 
+    from hlobridge import _native
+
+    plugin_exe, _ = _native.compile(jstep.lower(*jx).as_text())
+    dense = [inp[k].contiguous() for k in INPUT_NAMES]
+    ptrs, shapes = [t.data_ptr() for t in dense], [tuple(t.shape) for t in dense]
+    codes = [_native.ELEMENT_TYPES["f32"]] * len(dense)
+
+    def pure_jax_plugin() -> list[torch.Tensor]:
+        caps = _native.execute(plugin_exe, ptrs, shapes, codes, dense)[0]
+        return [from_dlpack(c) for c in caps]
+
     def pure_jax() -> list[torch.Tensor]:
         outs = jstep(*jx)
         jax.block_until_ready(outs)
         return outs  # type: ignore[return-value]  (jax arrays; converted in check())
 
     return {FUSED: fused.run, UNFUSED: unfused, DLPACK: dlpack_hop, HOST: host_hop,
-            PURE_JAX: pure_jax}
+            PURE_JAX: pure_jax, PURE_JAX_PLUGIN: pure_jax_plugin}
 
 
 def as_torch(outs: list[object]) -> list[torch.Tensor]:

@@ -155,6 +155,9 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             add(f"fused vs DLPack hop, {s} (speed-up)", v[hs.DLPACK] / f, ">= 2x", v[hs.DLPACK] / f >= 2)
         add(f"fused / pure jax, {s} (time ratio)", f / v[hs.PURE_JAX], "<= 1.05x",
             f / v[hs.PURE_JAX] <= 1.05)
+        if hs.PURE_JAX_PLUGIN in v:  # the same XLA build as the fused program (context row)
+            add(f"fused / pure jax on the same plugin, {s} (time ratio)", f / v[hs.PURE_JAX_PLUGIN],
+                "<= 1.05x", f / v[hs.PURE_JAX_PLUGIN] <= 1.05)
         if s == "medium" and hs.TORCH_XLA in v:
             add(f"fused vs torch_xla call_jax, {s} 128² (speed-up)", v[hs.TORCH_XLA] / f, ">= 3x",
                 v[hs.TORCH_XLA] / f >= 3)
