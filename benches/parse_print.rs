@@ -11,6 +11,10 @@ use criterion::{black_box, Criterion, Throughput};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// Measured with the allocator our binaries ship (CLI, Python extension).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }

@@ -1,6 +1,10 @@
 //! Quick throughput check: `cargo run --release --example parse_speed -- FILE`.
 use std::time::Instant;
 
+/// The allocator our binaries ship (CLI, Python extension).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let path = std::env::args().nth(1).expect("usage: parse_speed FILE");
     let text = std::fs::read_to_string(&path).expect("read");

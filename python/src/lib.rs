@@ -26,6 +26,13 @@ mod stitch;
 
 use pyo3::prelude::*;
 
+/// Rust allocations of the extension (parsed modules, stitcher, runtime
+/// bookkeeping) go through mimalloc: faster than the system allocator for
+/// the parser's many small allocations. Python and the PJRT plugin keep
+/// their own allocators; no memory crosses between them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Parse module text and print it back (pretty, or generic with
 /// `generic=True`). The GIL is released while parsing and printing.
 #[pyfunction]

