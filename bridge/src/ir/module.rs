@@ -44,7 +44,7 @@ pub struct ValueData {
 }
 
 /// An operation.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct OpData {
     /// Full op name, e.g. `stablehlo.add`.
     pub name: Sym,
@@ -64,6 +64,25 @@ pub struct OpData {
     pub loc: Option<LocId>,
     /// The block containing this op (None for top-level ops).
     pub parent: Option<BlockId>,
+}
+
+impl Clone for OpData {
+    /// Field-wise copy with `from_slice` (a memcpy for these `Copy`
+    /// elements; the derived clone goes element by element, which made
+    /// bulk module copies in the stitcher twice as slow).
+    fn clone(&self) -> Self {
+        OpData {
+            name: self.name,
+            operands: SmallVec::from_slice(&self.operands),
+            results: SmallVec::from_slice(&self.results),
+            props: SmallVec::from_slice(&self.props),
+            attrs: SmallVec::from_slice(&self.attrs),
+            regions: SmallVec::from_slice(&self.regions),
+            successors: SmallVec::from_slice(&self.successors),
+            loc: self.loc,
+            parent: self.parent,
+        }
+    }
 }
 
 /// A basic block.
@@ -158,9 +177,35 @@ impl Module {
     /// alias definitions and metadata. Used by the stitcher to take over
     /// the largest segment with a bulk copy.
     pub fn adopt(src: &Module) -> Module {
-        let mut m = src.clone();
-        m.top.retain(|t| !matches!(t, TopItem::Op(_)));
-        m
+        Self::adopt_with_room(src, 0)
+    }
+
+    /// [`Module::adopt`], with room for about `ops` more operations (and
+    /// their values and attributes) reserved in the same allocation, so that
+    /// growing the copy later does not move the arenas again.
+    pub fn adopt_with_room(src: &Module, ops: usize) -> Module {
+        fn with_room<T: Clone>(v: &[T], extra: usize) -> Vec<T> {
+            let mut out = Vec::with_capacity(v.len() + extra);
+            out.extend_from_slice(v);
+            out
+        }
+        Module {
+            strings: src.strings.clone(),
+            ops: with_room(&src.ops, ops),
+            values: with_room(&src.values, ops + ops / 4),
+            blocks: src.blocks.clone(),
+            regions: src.regions.clone(),
+            attrs: with_room(&src.attrs, ops / 2),
+            locs: src.locs.clone(),
+            types: src.types.clone(),
+            type_ids: src.type_ids.clone(),
+            top: src
+                .top
+                .iter()
+                .filter(|t| !matches!(t, TopItem::Op(_)))
+                .cloned()
+                .collect(),
+        }
     }
 
     // ----- strings -----

@@ -180,7 +180,8 @@ pub fn push_int(out: &mut String, v: i64) {
     if neg {
         out.push('-');
     }
-    for &d in &buf[i..] {
-        out.push(d as char);
+    // ASCII digits: always valid UTF-8.
+    if let Ok(digits) = std::str::from_utf8(&buf[i..]) {
+        out.push_str(digits);
     }
 }

@@ -85,21 +85,58 @@ pub(crate) fn write_result_types(m: &Module, ts: &[TypeId], out: &mut String) {
     }
 }
 
+/// Printed text of each type, made once per printer: a module names few
+/// distinct types but prints them once per op or more.
+#[derive(Default)]
+pub(crate) struct TypeTexts {
+    text: String,
+    /// `(start, end)` in `text` per type id; `(0, 0)` when not yet printed
+    /// (no type prints as the empty string).
+    spans: Vec<(u32, u32)>,
+}
+
 impl Printer<'_> {
     /// Write a type.
     #[inline]
     pub fn ty(&mut self, t: TypeId) {
-        write_type(self.m, t, &mut self.out);
+        let i = t.index();
+        if let Some(&(a, b)) = self.type_texts.spans.get(i) {
+            if b > a {
+                self.out
+                    .push_str(&self.type_texts.text[a as usize..b as usize]);
+                return;
+            }
+        }
+        let tt = &mut self.type_texts;
+        let start = tt.text.len();
+        write_type(self.m, t, &mut tt.text);
+        let end = tt.text.len();
+        if tt.spans.len() <= i {
+            tt.spans.resize(i + 1, (0, 0));
+        }
+        tt.spans[i] = (start as u32, end as u32);
+        self.out.push_str(&tt.text[start..end]);
     }
 
     /// Write `T, T, ...`.
     pub fn types(&mut self, ts: &[TypeId]) {
-        write_type_list(self.m, ts, &mut self.out);
+        for (i, &t) in ts.iter().enumerate() {
+            if i > 0 {
+                self.out.push_str(", ");
+            }
+            self.ty(t);
+        }
     }
 
     /// Write a result type list (`T` or `(T, ...)`).
     pub fn result_types(&mut self, ts: &[TypeId]) {
-        write_result_types(self.m, ts, &mut self.out);
+        if ts.len() == 1 && !matches!(self.m.ty(ts[0]), Type::Function { .. }) {
+            self.ty(ts[0]);
+        } else {
+            self.out.push('(');
+            self.types(ts);
+            self.out.push(')');
+        }
     }
 
     /// Write `(operand types) -> result types` for `op`.
@@ -110,11 +147,11 @@ impl Printer<'_> {
             if i > 0 {
                 self.out.push_str(", ");
             }
-            write_type(self.m, self.m.value_type(v), &mut self.out);
+            self.ty(self.m.value_type(v));
         }
         self.out.push_str(") -> ");
         let res: smallvec::SmallVec<[TypeId; 2]> =
             o.results.iter().map(|&v| self.m.value_type(v)).collect();
-        write_result_types(self.m, &res, &mut self.out);
+        self.result_types(&res);
     }
 }

@@ -58,19 +58,24 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
         })
         .max_by_key(|(_, s)| s.module.ops.len())
         .map(|(i, _)| i);
+    // Room for every other segment's ops, reserved in the same allocation
+    // as the bulk copy.
+    let room = p
+        .segments
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != base)
+        .map(|(_, s)| s.module.ops.len())
+        .sum::<usize>()
+        + 16;
     let mut dst = match base {
-        Some(b) => Module::adopt(&p.segments[b].module),
-        None => Module::new(),
+        Some(b) => Module::adopt_with_room(&p.segments[b].module, room),
+        None => {
+            let mut m = Module::new();
+            m.reserve(room);
+            m
+        }
     };
-    dst.reserve(
-        p.segments
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != base)
-            .map(|(_, s)| s.module.ops.len())
-            .sum::<usize>()
-            + 16,
-    );
     let module_op = new_module_op(&mut dst, p)?;
     let body = dst.region(dst.op(module_op).regions[0]).blocks[0];
 
