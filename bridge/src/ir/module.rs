@@ -416,6 +416,30 @@ impl Module {
         })
     }
 
+    /// The `func.func` ops at the top level or directly inside a top-level
+    /// op (a `builtin.module`), in order: where functions live. No deep walk.
+    pub fn top_level_funcs(&self) -> Vec<OpId> {
+        let mut out = Vec::new();
+        for top in self.top_ops() {
+            if self.op_name(top) == "func.func" {
+                out.push(top);
+                continue;
+            }
+            for &r in &self.op(top).regions {
+                for &b in &self.region(r).blocks {
+                    out.extend(
+                        self.block(b)
+                            .ops
+                            .iter()
+                            .copied()
+                            .filter(|&o| self.op_name(o) == "func.func"),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     /// Walk `op` and everything nested in it, pre-order.
     pub fn walk(&self, op: OpId, f: &mut dyn FnMut(OpId)) {
         let mut stack = vec![op];

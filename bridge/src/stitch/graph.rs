@@ -41,29 +41,14 @@ pub(crate) fn find_entry(seg: &Segment) -> Result<Entry> {
     let m = &seg.module;
     let mut available = Vec::new();
     // Functions are direct children of the top-level module(s): no deep walk.
-    for top in m.top_ops() {
-        let candidates: Vec<OpId> = if m.op_name(top) == "func.func" {
-            vec![top]
-        } else {
-            m.op(top)
-                .regions
-                .iter()
-                .flat_map(|&r| m.region(r).blocks.iter())
-                .flat_map(|&b| m.block(b).ops.iter().copied())
-                .collect()
-        };
-        for op in candidates {
-            if m.op_name(op) != "func.func" {
-                continue;
+    for op in m.top_level_funcs() {
+        if let Some(Attribute::String { escaped, .. }) =
+            m.op_attr(op, "sym_name").map(|a| m.attr(a))
+        {
+            if **escaped == *seg.entry {
+                return entry_info(m, op, &seg.name);
             }
-            if let Some(Attribute::String { escaped, .. }) =
-                m.op_attr(op, "sym_name").map(|a| m.attr(a))
-            {
-                if **escaped == *seg.entry {
-                    return entry_info(m, op, &seg.name);
-                }
-                available.push(escaped.to_string());
-            }
+            available.push(escaped.to_string());
         }
     }
     Err(Error::Plan(format!(

@@ -423,82 +423,67 @@ fn str_attr(m: &Module, op: OpId, name: &str) -> Option<String> {
 
 fn functions(m: &Module) -> Vec<FuncInfo> {
     let mut out = Vec::new();
-    for top in m.top_ops() {
-        let ops: Vec<OpId> = if m.op_name(top) == "func.func" {
-            vec![top]
-        } else {
-            m.op(top)
-                .regions
-                .iter()
-                .flat_map(|&r| m.region(r).blocks.iter())
-                .flat_map(|&b| m.block(b).ops.iter().copied())
-                .collect()
+    for f in m.top_level_funcs() {
+        let Some(name) = str_attr(m, f, "sym_name") else {
+            continue;
         };
-        for f in ops {
-            if m.op_name(f) != "func.func" {
-                continue;
-            }
-            let Some(name) = str_attr(m, f, "sym_name") else {
-                continue;
-            };
-            let public = str_attr(m, f, "sym_visibility").is_none_or(|v| v == "public");
-            let mut calls = BTreeMap::new();
-            let mut n = 0usize;
-            m.walk(f, &mut |o| {
-                n += 1;
-                if m.op_name(o) == "func.call" {
-                    if let Some(a) = m.op_attr(o, "callee") {
-                        if let Attribute::SymbolRef(parts) = m.attr(a) {
-                            if let Some(&last) = parts.last() {
-                                let callee = m.str(last).trim_matches('"').to_string();
-                                *calls.entry(callee).or_insert(0) += 1;
-                            }
+        let public = str_attr(m, f, "sym_visibility").is_none_or(|v| v == "public");
+        let mut calls = BTreeMap::new();
+        let mut n = 0usize;
+        m.walk(f, &mut |o| {
+            n += 1;
+            if m.op_name(o) == "func.call" {
+                if let Some(a) = m.op_attr(o, "callee") {
+                    if let Attribute::SymbolRef(parts) = m.attr(a) {
+                        if let Some(&last) = parts.last() {
+                            let callee = m.str(last).trim_matches('"').to_string();
+                            *calls.entry(callee).or_insert(0) += 1;
                         }
                     }
                 }
-            });
-            let (params, results) = match graph::entry_info(m, f, &name) {
-                Ok(e) => {
-                    let has =
-                        |attrs: &[NamedAttr], key: &str| attrs.iter().any(|a| m.str(a.name) == key);
-                    let params = e
-                        .params
-                        .iter()
-                        .zip(&e.arg_attrs)
-                        .map(|(&t, a)| {
-                            (
-                                type_to_string(m, t),
-                                has(a, "jax.buffer_donor") || has(a, "tf.aliasing_output"),
-                                port_sharding(m, a).is_some(),
-                            )
-                        })
-                        .collect();
-                    let results = e
-                        .results
-                        .iter()
-                        .zip(&e.res_attrs)
-                        .zip(&e.port_names)
-                        .map(|((&t, a), n)| {
-                            (
-                                n.clone(),
-                                type_to_string(m, t),
-                                port_sharding(m, a).is_some(),
-                            )
-                        })
-                        .collect();
-                    (params, results)
-                }
-                Err(_) => (Vec::new(), Vec::new()),
-            };
-            out.push(FuncInfo {
-                name,
-                public,
-                ops: n.saturating_sub(1),
-                calls,
-                params,
-                results,
-            });
-        }
+            }
+        });
+        let (params, results) = match graph::entry_info(m, f, &name) {
+            Ok(e) => {
+                let has =
+                    |attrs: &[NamedAttr], key: &str| attrs.iter().any(|a| m.str(a.name) == key);
+                let params = e
+                    .params
+                    .iter()
+                    .zip(&e.arg_attrs)
+                    .map(|(&t, a)| {
+                        (
+                            type_to_string(m, t),
+                            has(a, "jax.buffer_donor") || has(a, "tf.aliasing_output"),
+                            port_sharding(m, a).is_some(),
+                        )
+                    })
+                    .collect();
+                let results = e
+                    .results
+                    .iter()
+                    .zip(&e.res_attrs)
+                    .zip(&e.port_names)
+                    .map(|((&t, a), n)| {
+                        (
+                            n.clone(),
+                            type_to_string(m, t),
+                            port_sharding(m, a).is_some(),
+                        )
+                    })
+                    .collect();
+                (params, results)
+            }
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        out.push(FuncInfo {
+            name,
+            public,
+            ops: n.saturating_sub(1),
+            calls,
+            params,
+            results,
+        });
     }
     out
 }
