@@ -42,11 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +58,9 @@ from torch.utils.dlpack import from_dlpack
 
 import hlobridge as hb
 from hlobridge import _native
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+from timing import interleaved  # noqa: E402  (benches/e2e/timing.py)
 
 
 def tiny_jax(x: Any) -> Any:
@@ -81,24 +81,12 @@ def step_torch(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def median_us(variants: dict[str, Callable[[], object]], reps: int,
               batch: int) -> dict[str, float]:
-    """Median µs per call of each variant. Batches are interleaved (one batch
-    of each variant per round, in a fresh random order each round), so load
-    from other processes, and the thread pools that torch and jaxlib leave
-    spinning after their own batches, hit every variant alike."""
-    for fn in variants.values():
-        for _ in range(max(3, batch // 10)):
-            fn()
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    order = list(variants.items())
-    rng = random.Random(0)
-    for _ in range(reps):
-        rng.shuffle(order)
-        for k, fn in order:
-            t0 = time.perf_counter()
-            for _ in range(batch):
-                fn()
-            times[k].append((time.perf_counter() - t0) / batch)
-    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+    """Median µs per call of each variant, timed interleaved (one batch of
+    each variant per round, in a fresh random order each round; see
+    ``benches/e2e/timing.py``), so load from other processes, and the thread
+    pools that torch and jaxlib leave spinning after their own batches, hit
+    every variant alike."""
+    return {k: s["median_us"] for k, s in interleaved(variants, reps, batch).items()}
 
 
 def workload(fj: Callable[..., Any], ft: Callable[..., torch.Tensor],
