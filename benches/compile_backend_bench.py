@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
@@ -32,6 +32,9 @@ import torch  # noqa: E402
 
 import hlobridge as hb  # noqa: E402
 from hlobridge import dynamo as hbd  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+from timing import repeat  # noqa: E402  (benches/e2e/timing.py)
 
 LR = 0.05
 
@@ -142,14 +145,8 @@ def make_jax_on_plugin(d: tuple[int, int, int], x: torch.Tensor, y: torch.Tensor
 
 
 def timeit(fn: Callable[[], object], reps: int) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    """Median µs of single steps after 10 warm-up steps (``benches/e2e/timing.py``)."""
+    return repeat(fn, reps, warmup=10)["median_us"]
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
-from hlobridge.receipt import CacheOutcome, Segment, _record
+from hlobridge.receipt import CacheOutcome, Segment, _record, cache_accounting
 
 __all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
 
@@ -205,17 +205,13 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
         raise _unhashable(leaves) from None
     if needs_grad:
         return call_with_grad(fn, owner, key, treedef, leaves)
+    built = None
     if entry is None:
-        entry = _build(fn, treedef, leaves)
+        entry = built = _build(fn, treedef, leaves)
         _table(owner)[key] = entry
         if not kwargs and not py_copies and len(ins) == len(leaves) == len(args):
             _register_fast(fn, x64, ins, entry)
-        outcome, lower_s, compile_s = entry.outcome, entry.lower_s, entry.compile_s
-        st = _native.stats()
-        hits, compiles = st["cache_hits"], st["compiles"]
-    else:
-        outcome, lower_s, compile_s = "hit", 0.0, 0.0
-        hits, compiles = _native.record_cache_hit()
+    outcome, lower_s, compile_s, hits, compiles = cache_accounting(built)
     caps, out_ptrs, views, copies, run_s = _native.execute(
         entry.exe, [t.data_ptr() for t in ins], entry.shapes, entry.codes, ins)
     result = entry.out_tree.unflatten([_from_dlpack(c) for c in caps])

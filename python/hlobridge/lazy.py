@@ -49,7 +49,7 @@ from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
 from hlobridge.jax_bridge import (_CODES, _DTYPES, _Entry, _name, _table, _unhashable, lower,
                                   segment_of)
-from hlobridge.receipt import Segment, _record
+from hlobridge.receipt import Segment, _record, cache_accounting
 
 __all__ = ["call_jax_lazy"]
 
@@ -122,15 +122,11 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
         entry = _table(owner).get(key)
     except TypeError:
         raise _unhashable(leaves) from None
+    built = None
     if entry is None:
-        entry = _build(fn, treedef, leaves, inputs, len(data_ids), pending, wiring)
+        entry = built = _build(fn, treedef, leaves, inputs, len(data_ids), pending, wiring)
         _table(owner)[key] = entry
-        outcome, capture_s, compile_s = entry.outcome, entry.lower_s, entry.compile_s
-        st = _native.stats()
-        hits, compiles = st["cache_hits"], st["compiles"]
-    else:
-        outcome, capture_s, compile_s = "hit", 0.0, 0.0
-        hits, compiles = _native.record_cache_hit()
+    outcome, capture_s, compile_s, hits, compiles = cache_accounting(built)
     views = [torch.from_dlpack(xla_dlpack.to_dlpack(v)) for v in inputs]
     caps, out_ptrs, nviews, copies, run_s = _native.execute(
         entry.exe, [v.data_ptr() for v in views], entry.shapes, entry.codes, views)

@@ -17,7 +17,7 @@ built lazily: :func:`last_receipt` turns the stored fields into a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from hlobridge import _native
 
@@ -57,6 +57,24 @@ class Receipt:
     compile_time_s: float
     run_time_s: float
     total_time_s: float
+
+
+class _Built(Protocol):
+    outcome: CacheOutcome
+    lower_s: float
+    compile_s: float
+
+
+def cache_accounting(built: _Built | None) -> tuple[CacheOutcome, float, float, int, int]:
+    """``(cache, lower_time_s, compile_time_s, cache_hits, compiles)`` for a
+    receipt: ``built`` is the program a call just built (its own outcome and
+    times), or ``None`` when a per-call-site cache served it, which counts as
+    one cache hit."""
+    if built is None:
+        hits, compiles = _native.record_cache_hit()
+        return "hit", 0.0, 0.0, hits, compiles
+    st = _native.stats()
+    return built.outcome, built.lower_s, built.compile_s, st["cache_hits"], st["compiles"]
 
 
 def _record(raw: tuple[object, ...]) -> None:

@@ -37,7 +37,7 @@ from hlobridge.dynamo.engine import TensorSpec, get_engine
 from hlobridge.dynamo.errors import CompileBackendError
 from hlobridge.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
 from hlobridge.jax_bridge import _CODES, _DTYPES, _X64
-from hlobridge.receipt import Segment, _record
+from hlobridge.receipt import Segment, _record, cache_accounting
 
 __all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
 
@@ -128,15 +128,11 @@ class CompiledGraph:
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a
                     for a in args)
         prog = self.programs.get(key)
+        built = None
         if prog is None:
-            prog = self._build(list(args))
+            prog = built = self._build(list(args))
             self.programs[key] = prog
-            st = _native.stats()
-            hits, compiles = st["cache_hits"], st["compiles"]
-            outcome, lower_s, compile_s = prog.outcome, prog.lower_s, prog.compile_s
-        else:
-            hits, compiles = _native.record_cache_hit()
-            outcome, lower_s, compile_s = "hit", 0.0, 0.0
+        outcome, lower_s, compile_s, hits, compiles = cache_accounting(built)
         ins: list[torch.Tensor] = []
         copies = 0
         for i in prog.inputs:
