@@ -23,17 +23,21 @@ impl Event {
         Event { plugin, raw }
     }
 
-    /// Blocks until the event is ready (`PJRT_Event_Await`), then reports its
-    /// error status (`PJRT_Event_Error`).
+    /// Waits until the event is ready, then reports its error status
+    /// (`PJRT_Event_Error`). It polls for up to
+    /// [`spin_budget`](crate::wait_policy::spin_budget) before blocking in
+    /// `PJRT_Event_Await` (see [`wait_policy`](crate::wait_policy)).
     pub fn wait(&self) -> Result<()> {
         if self.raw.is_null() {
             return Ok(());
         }
         let api = self.plugin.api();
-        let mut a = ffi::PJRT_Event_Await_Args::new();
-        a.event = self.raw;
-        // SAFETY: valid owned event.
-        unsafe { pjrt_call!(api, PJRT_Event_Await, &mut a)? };
+        if !crate::wait_policy::poll_until(crate::wait_policy::spin_budget(), || self.is_ready())? {
+            let mut a = ffi::PJRT_Event_Await_Args::new();
+            a.event = self.raw;
+            // SAFETY: valid owned event.
+            unsafe { pjrt_call!(api, PJRT_Event_Await, &mut a)? };
+        }
         let mut e = ffi::PJRT_Event_Error_Args::new();
         e.event = self.raw;
         // SAFETY: the event is ready, so Event_Error may be called.

@@ -40,6 +40,7 @@ pub mod execute;
 pub mod ffi;
 pub mod hlo;
 pub mod layout;
+pub mod wait_policy;
 
 pub use api::{Api, ExtensionInfo, Plugin};
 pub use buffer::{Buffer, Dims, OnDelete};
