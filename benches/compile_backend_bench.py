@@ -3,6 +3,8 @@ under four regimes, measured in one run:
 
   hlobridge  torch.compile(backend="hlobridge"): forward and backward each ONE
              stitched program (torch + JAX segments); optimizer step in torch
+  hb step    hlobridge.compile_train_step: forward, backward and the SGD update
+             captured as ONE stitched program per step (whole-step capture)
   eager      plain PyTorch; call_jax runs its own compiled JAX programs
   inductor   torch.compile(backend="inductor"); call_jax stays an opaque op
   jax.jit    the same model written in pure JAX, whole step (incl. SGD) jitted,
@@ -34,7 +36,7 @@ import hlobridge as hb  # noqa: E402
 from hlobridge import dynamo as hbd  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
-from timing import repeat  # noqa: E402  (benches/e2e/timing.py)
+from timing import interleaved  # noqa: E402  (benches/e2e/timing.py)
 
 LR = 0.05
 
@@ -76,6 +78,15 @@ def make_torch(kind: str, d: tuple[int, int, int], x: torch.Tensor, y: torch.Ten
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=LR)
     return lambda: torch_step(fn, params, opt, x, y)
+
+
+def make_hb_step(d: tuple[int, int, int], x: torch.Tensor, y: torch.Tensor
+                 ) -> Callable[[], object]:
+    torch.manual_seed(0)
+    model = Model(*d)
+    step = hb.compile_train_step(
+        model, lambda m, x, y: torch.nn.functional.mse_loss(m(x), y), hb.optim.SGD(LR))
+    return lambda: step(x, y)
 
 
 def make_jax(d: tuple[int, int, int], x: torch.Tensor, y: torch.Tensor) -> Callable[[], object]:
@@ -144,36 +155,44 @@ def make_jax_on_plugin(d: tuple[int, int, int], x: torch.Tensor, y: torch.Tensor
     return run
 
 
-def timeit(fn: Callable[[], object], reps: int) -> float:
-    """Median µs of single steps after 10 warm-up steps (``benches/e2e/timing.py``)."""
-    return repeat(fn, reps, warmup=10)["median_us"]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dims", type=int, nargs=3, default=[256, 512, 256])
-    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=300, help="steps per regime")
+    ap.add_argument("--batch-steps", type=int, default=5,
+                    help="steps per timed batch (median over batches)")
     a = ap.parse_args()
     d = (a.dims[0], a.dims[1], a.dims[2])
     x, y = torch.randn(a.batch, d[0]), torch.randn(a.batch, d[2])
-    print(f"training step, batch {a.batch}, {d[0]} -> {d[1]} -> {d[2]}, median of {a.reps} "
+    print(f"training step, batch {a.batch}, {d[0]} -> {d[1]} -> {d[2]}, {a.reps} steps each, interleaved "
           f"(torch {torch.__version__}, jax {jax.__version__}, "
           f"{torch.get_num_threads()} torch threads)")
     results: dict[str, float | str] = {}
-    for kind in ("hlobridge", "eager", "inductor", "jax.jit", "jax@plugin"):
+    variants: dict[str, Callable[[], object]] = {}
+    for kind in ("hlobridge", "hb step", "eager", "inductor", "jax.jit", "jax@plugin"):
         try:
-            if kind == "jax.jit":
+            if kind == "hb step":
+                fn = make_hb_step(d, x, y)
+            elif kind == "jax.jit":
                 fn = make_jax(d, x, y)
             elif kind == "jax@plugin":
                 fn = make_jax_on_plugin(d, x, y)
             else:
                 fn = make_torch(kind, d, x, y)
-            results[kind] = timeit(fn, a.reps)
+            fn()  # trace and compile outside the timing
+            variants[kind] = fn
         except Exception as e:  # report why a regime cannot run here
             results[kind] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
             if os.environ.get("HLOBRIDGE_BENCH_TRACE"):
                 traceback.print_exc()
+    # Interleaved: every round runs one batch of each regime in a fresh random
+    # order, so that the shared VM's slow phases hit all of them alike.
+    stats = interleaved(variants, reps=max(1, a.reps // a.batch_steps), batch=a.batch_steps,
+                        warmup=10)
+    for kind in ("hlobridge", "hb step", "eager", "inductor", "jax.jit", "jax@plugin"):
+        if kind in stats:
+            results[kind] = stats[kind]["median_us"]
     base = results["hlobridge"]
     print(f"{'regime':<10} {'us/step':>10} {'vs hlobridge':>13}")
     for kind, t in results.items():
@@ -182,9 +201,12 @@ def main() -> None:
         else:
             ratio = f"{t / base:.2f}x" if isinstance(base, float) else "-"
             print(f"{kind:<10} {t:>10.1f} {ratio:>13}")
-    for anchor in ("jax.jit", "jax@plugin"):
-        if isinstance(base, float) and isinstance(results[anchor], float):
-            print(f"hlobridge / {anchor} = {base / results[anchor]:.2f} (target <= 1.1 on the same XLA)")
+    for mine in ("hlobridge", "hb step"):
+        for anchor in ("jax.jit", "jax@plugin", "eager"):
+            t, a = results[mine], results[anchor]
+            if isinstance(t, float) and isinstance(a, float):
+                target = "target < 1" if anchor == "eager" else "target <= 1.1 on the same XLA"
+                print(f"{mine} / {anchor} = {t / a:.2f} ({target})")
 
 
 if __name__ == "__main__":

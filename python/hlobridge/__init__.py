@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from hlobridge.jax_bridge import call_jax, clear_cache, reset_stats, stats
     from hlobridge.pallas import PallasLoweringError, PallasSegment, trace_pallas
     from hlobridge.stitching import stitch_program
+    from hlobridge.train_step import TrainStep, compile_train_step
+    from hlobridge import optim
 
 _LAZY = {
     "call_jax": "hlobridge.jax_bridge",
@@ -49,9 +51,11 @@ _LAZY = {
     "PallasLoweringError": "hlobridge.pallas",
     "PallasSegment": "hlobridge.pallas",
     "stitch_program": "hlobridge.stitching",
+    "compile_train_step": "hlobridge.train_step",
+    "TrainStep": "hlobridge.train_step",
 }
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
-_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas"}
+_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim"}
 
 
 def __getattr__(name: str) -> Any:
@@ -67,7 +71,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     value = getattr(importlib.import_module(mod), name)
-    if name == "call_jax":
+    if name in ("call_jax", "compile_train_step", "TrainStep"):
         # Teaches Dynamo to capture call_jax as one hlobridge::call_jax node.
         importlib.import_module("hlobridge.custom_op")
     globals()[name] = value
@@ -94,12 +98,15 @@ __all__ = [
     "Segment",
     "StitchError",
     "__version__",
+    "TrainStep",
     "call_jax",
     "clear_cache",
+    "compile_train_step",
     "format_module",
     "jax_to_pt",
     "last_receipt",
     "ops",
+    "optim",
     "pt_to_jax",
     "reset_stats",
     "runtime",

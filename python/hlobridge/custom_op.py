@@ -277,6 +277,14 @@ def _fill(t: Template, outs: Sequence[torch.Tensor]) -> Any:
 def _traced_call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """What Dynamo traces in place of :func:`hlobridge.call_jax`: one
     ``hlobridge::call_jax`` node, outputs rebuilt into ``fn``'s pytree."""
+    return traced_call(fn, args, kwargs)
+
+
+def traced_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``call_jax(fn, *args, **kwargs)`` as one ``hlobridge::call_jax`` op
+    call: what tracers (Dynamo, ``make_fx``) record. Also the route of
+    :func:`hlobridge.call_jax` on traced tensors (fake, functional or
+    proxied), e.g. inside :func:`hlobridge.compile_train_step`."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
     statics = tuple(None if isinstance(x, torch.Tensor) else x for x in leaves)

@@ -168,11 +168,29 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     return _call_general(fn, args, kwargs)
 
 
+_PROXY_KEY = torch._C._TorchDispatchModeKey.PROXY
+
+
+def _is_tracing(leaves: list[Any]) -> bool:
+    """Whether this call is being traced rather than run: a tensor leaf is a
+    tracer's subclass (fake, functional, grad-tracking...) or a proxy mode
+    (``make_fx``) is active. Traced calls become one ``hlobridge::call_jax``
+    op, so that the caller's graph holds the JAX function as a node."""
+    for leaf in leaves:
+        if isinstance(leaf, _Tensor) and type(leaf) is not _Tensor and \
+                type(leaf) is not torch.nn.Parameter:
+            return True
+    return torch._C._get_dispatch_mode(_PROXY_KEY) is not None
+
+
 def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Every call the native fast path does not serve (see the module docs)."""
     global _contiguous_copies
     t0 = _perf()
     leaves, treedef = _flatten((args, kwargs))
+    if _is_tracing(leaves):
+        from hlobridge.custom_op import traced_call
+        return traced_call(fn, args, kwargs)
     sig: list[Any] = []
     ins: list[torch.Tensor] = []
     py_copies = 0

@@ -1,0 +1,213 @@
+"""Whole-step capture: a torch model's forward, backward and optimizer update
+(torch or JAX) as ONE stitched program per input signature.
+
+``torch.compile(model, backend="hlobridge")`` gives one program per graph
+AOTAutograd hands over: a forward, a backward, and the optimizer runs in
+eager torch. :func:`compile_train_step` captures the whole step instead:
+
+1. the step (``loss_fn(model, *batch)``, ``torch.autograd.grad`` of the loss
+   with respect to the parameters, ``optimizer.update``) is traced with
+   ``make_fx`` on fake tensors into one functional aten graph, core-aten
+   decomposed. :func:`hlobridge.call_jax` calls inside the model, the loss or
+   the optimizer become ``hlobridge::call_jax`` nodes, and their backward
+   (JAX's VJP) a second node;
+2. the graph goes through the ``torch.compile`` backend's machinery
+   (:class:`hlobridge.dynamo.CompiledGraph`): split at the JAX nodes, torch
+   pieces lowered by the engine, JAX pieces by ``jax.jit``, stitched by the
+   Rust core into ONE module, compiled once and cached;
+3. each call runs that one executable on the parameters, buffers, optimizer
+   state and batch (zero-copy in), and swaps the new parameter, buffer and
+   state values in (zero-copy out: ``param.data`` aliases the PJRT buffer;
+   the ``nn.Parameter`` objects stay the same).
+
+Buffers the forward updates in place (BatchNorm running statistics) are
+returned by the program and written back. A batch of new shapes or dtypes
+traces and compiles again (one program per signature, cached).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from hlobridge._native import ArgumentError
+from hlobridge.optim import Optimizer
+
+__all__ = ["TrainStep", "compile_train_step"]
+
+_counter = itertools.count()
+
+
+@dataclass
+class _Traced:
+    """One input signature's traced and compiled step."""
+
+    graph: Any  # hlobridge.dynamo.program.CompiledGraph
+    state_spec: pytree.TreeSpec
+    mutated_buffers: list[str]
+    """Buffers (by name) the forward updates, in program-output order."""
+
+
+class TrainStep:
+    """A compiled training step; see :func:`compile_train_step`."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                 optimizer: Optimizer, *, name: str | None = None) -> None:
+        self.model = model
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.name = name or f"train_step #{next(_counter)}"
+        self._params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        if not self._params:
+            raise ArgumentError("compile_train_step: the model has no parameters that require "
+                                "grad")
+        self._buffers = dict(model.named_buffers())
+        with torch.no_grad():
+            self.state: Any = optimizer.init({k: p.detach() for k, p in self._params.items()})
+        self._traced: dict[tuple[Any, ...], _Traced] = {}
+        self._lock = threading.Lock()
+
+    # -- running --------------------------------------------------------------
+    def __call__(self, *batch: Any) -> torch.Tensor:
+        """Run one step on ``batch`` (the arguments after ``model`` of
+        ``loss_fn``); updates the model's parameters (and mutated buffers)
+        and the optimizer state; returns the loss (before the update)."""
+        batch_leaves, batch_spec = pytree.tree_flatten(batch)
+        state_leaves, state_spec = pytree.tree_flatten(self.state)
+        params = [p.detach() for p in self._params.values()]
+        buffers = [b.detach() for b in self._buffers.values()]
+        flat = [*params, *buffers, *state_leaves, *batch_leaves]
+        key = (batch_spec, state_spec,
+               *((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else t
+                 for t in flat))
+        traced = self._traced.get(key)
+        if traced is None:
+            with self._lock:
+                traced = self._traced.get(key)
+                if traced is None:
+                    traced = self._trace(flat, batch_spec, state_spec, len(state_leaves))
+                    self._traced[key] = traced
+        outs = traced.graph(*flat)
+        n_p, n_s = len(params), len(state_leaves)
+        loss = outs[0]
+        new_params = outs[1:1 + n_p]
+        new_state = outs[1 + n_p:1 + n_p + n_s]
+        new_buffers = outs[1 + n_p + n_s:]
+        with torch.no_grad():
+            for p, v in zip(self._params.values(), new_params):
+                p.data = v
+            for name, v in zip(traced.mutated_buffers, new_buffers):
+                self._buffers[name].data = v
+        self.state = pytree.tree_unflatten(list(new_state), traced.state_spec)
+        return loss
+
+    @property
+    def graphs(self) -> list[Any]:
+        """The compiled graph of each input signature seen so far
+        (:class:`hlobridge.dynamo.CompiledGraph`)."""
+        return [t.graph for t in self._traced.values()]
+
+    # -- tracing --------------------------------------------------------------
+    def _trace(self, flat: list[Any], batch_spec: pytree.TreeSpec,
+               state_spec: pytree.TreeSpec, n_state: int) -> _Traced:
+        from torch._decomp import core_aten_decompositions
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from hlobridge.dynamo.program import CompiledGraph
+
+        pnames = list(self._params)
+        bnames = list(self._buffers)
+        n_p, n_b = len(pnames), len(bnames)
+        model, loss_fn, optimizer = self.model, self.loss_fn, self.optimizer
+        mutated: list[str] = []
+
+        def step(*xs: Any) -> list[torch.Tensor]:
+            params = dict(zip(pnames, xs[:n_p]))
+            buffers = dict(zip(bnames, xs[n_p:n_p + n_b]))
+            state = pytree.tree_unflatten(list(xs[n_p + n_b:n_p + n_b + n_state]), state_spec)
+            batch = pytree.tree_unflatten(list(xs[n_p + n_b + n_state:]), batch_spec)
+            with torch.enable_grad():
+                live = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+
+                def forward(*args: Any, **kwargs: Any) -> Any:
+                    return torch.func.functional_call(model, {**live, **buffers}, args, kwargs)
+
+                loss = loss_fn(forward, *batch)
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    raise ArgumentError("compile_train_step: loss_fn must return a scalar "
+                                        "tensor")
+                grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+            g = {k: (gr if gr is not None else torch.zeros_like(params[k]))
+                 for k, gr in zip(pnames, grads)}
+            new_params, new_state = optimizer.update(params, g, state)
+            new_leaves, new_spec = pytree.tree_flatten(new_state)
+            if new_spec != state_spec:
+                raise ArgumentError(f"compile_train_step: optimizer.update returned a state of "
+                                    f"structure {new_spec}, the state it got was {state_spec}")
+            return [loss.detach().reshape(()), *(new_params[k] for k in pnames), *new_leaves]
+
+        from torch.func import functionalize
+
+        # Two passes: autograd cannot run inside functorch's functionalize,
+        # so the step is traced first as it is (in-place ops included), and
+        # that plain aten graph is then traced again, functionalized.
+        raw = make_fx(step, decomposition_table=core_aten_decompositions(),
+                      tracing_mode="fake")(*flat)
+        gm = make_fx(functionalize(raw, remove="mutations_and_views"),
+                     tracing_mode="fake")(*flat)
+        _lift_buffer_mutations(gm, n_p, bnames, mutated)
+        return _Traced(graph=CompiledGraph(gm, self.name), state_spec=state_spec,
+                       mutated_buffers=mutated)
+
+
+def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],
+                           mutated: list[str]) -> None:
+    """Turn functionalization's trailing ``copy_(buffer, new_value)`` nodes
+    into extra graph outputs (appended in order), recording the buffer
+    names in ``mutated``. Any other input mutation is an error."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    extra: list[torch.fx.Node] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        i = index.get(dst)  # type: ignore[arg-type]
+        if i is None or not n_params <= i < n_params + len(bnames):
+            raise ArgumentError("compile_train_step: the step mutates one of its inputs in "
+                                "place (a parameter, the optimizer state or the batch); only "
+                                "module buffers may be updated in place")
+        mutated.append(bnames[i - n_params])
+        extra.append(src)  # type: ignore[arg-type]
+        node.replace_all_uses_with(src)  # type: ignore[arg-type]
+        gm.graph.erase_node(node)
+    if extra:
+        outs = list(out_node.args[0])  # type: ignore[arg-type]
+        out_node.args = (outs + extra,)
+        gm.recompile()
+
+
+def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                       optimizer: Optimizer, *, name: str | None = None) -> TrainStep:
+    """Compile ``model``'s whole training step into ONE program.
+
+    ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
+    module (it is a functional stand-in bound to the current parameters).
+    ``optimizer`` is an :mod:`hlobridge.optim` optimizer (``SGD``, ``Adam``,
+    or a JAX update through ``JaxOptimizer``). JAX functions called with
+    :func:`hlobridge.call_jax` anywhere in the step are stitched into the same
+    program.
+
+    ``step = compile_train_step(model, loss_fn, opt)``; then ``loss =
+    step(x, y)`` runs forward, backward and the update, and leaves the new
+    values in ``model``'s parameters. :func:`hlobridge.last_receipt` shows the
+    one executable and its torch and JAX segments.
+    """
+    return TrainStep(model, loss_fn, optimizer, name=name)
