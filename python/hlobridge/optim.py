@@ -16,6 +16,7 @@ JAX segment of the one stitched program.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -89,8 +90,10 @@ class Adam:
                ) -> tuple[Params, dict[str, Any]]:
         b1, b2 = self.betas
         step = state["step"] + 1
-        bc1 = 1 - torch.pow(torch.full_like(step, b1), step)
-        bc2 = 1 - torch.pow(torch.full_like(step, b2), step)
+        # beta**step as exp(step * log(beta)): torch_xla turns a tensor
+        # exponent of pow into a traced constant.
+        bc1 = 1 - torch.exp(step * math.log(b1))
+        bc2 = 1 - torch.exp(step * math.log(b2))
         new_params: Params = {}
         m2: Params = {}
         v2: Params = {}

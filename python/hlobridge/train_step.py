@@ -157,8 +157,13 @@ class TrainStep:
         # Two passes: autograd cannot run inside functorch's functionalize,
         # so the step is traced first as it is (in-place ops included), and
         # that plain aten graph is then traced again, functionalized.
-        raw = make_fx(step, decomposition_table=core_aten_decompositions(),
-                      tracing_mode="fake")(*flat)
+        # Attention is traced through its math formulation (torch_xla lowers
+        # neither the fused CPU flash-attention kernel nor its backward).
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            raw = make_fx(step, decomposition_table=core_aten_decompositions(),
+                          tracing_mode="fake")(*flat)
         gm = make_fx(functionalize(raw, remove="mutations_and_views"),
                      tracing_mode="fake")(*flat)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)

@@ -28,7 +28,7 @@ import copy
 import os
 import threading
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.fx
@@ -87,7 +87,7 @@ class TorchXlaLazyEngine:
         with self._lock, unset_fake_temporarily(), torch.no_grad():
             dev = self._device
             gm = _on_device(gm, dev)
-            ins = [_trace_value(shape, dt).to(dev) for shape, dt in inputs]
+            ins = [_trace_value(shape, dt, i).to(dev) for i, (shape, dt) in enumerate(inputs)]
             index = {C._xla_get_tensor_id(t): i for i, t in enumerate(ins)}
             metrics.clear_counters()
             try:
@@ -127,11 +127,39 @@ def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphMod
         device = node.kwargs.get("device")
         if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":
             node.kwargs = {**node.kwargs, "device": dev}
+        _spell_out_reduce_all(node)
     return torch.fx.GraphModule(gm, graph)
 
 
-def _trace_value(shape: tuple[int, ...], dt: torch.dtype) -> torch.Tensor:
-    """A CPU tensor to trace with: not 0 or 1, which torch_xla would inline."""
+def _reduce_all_ops() -> frozenset[Any]:
+    aten = torch.ops.aten
+    return frozenset({aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default})
+
+
+def _spell_out_reduce_all(node: torch.fx.Node) -> None:
+    """``sum(x, dim=[])`` means "reduce every dimension" in aten (the
+    decompositions of ``cross_entropy`` and ``nll_loss`` emit it), but
+    torch_xla reduces none. Spell the dimensions out."""
+    if node.op != "call_function" or node.target not in _reduce_all_ops():
+        return
+    if len(node.args) < 2 or node.args[1] not in ([], ()):
+        return
+    src = node.args[0]
+    val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if val is None or not hasattr(val, "dim") or val.dim() == 0:
+        return
+    node.args = (src, list(range(val.dim())), *node.args[2:])
+
+
+def _trace_value(shape: tuple[int, ...], dt: torch.dtype, index: int = 0) -> torch.Tensor:
+    """A CPU tensor to trace with: not 0 or 1, which torch_xla would inline.
+    A 0-d input gets a value no other input or graph constant is likely to
+    have: torch_xla shares one device-data node between equal scalars, which
+    would make the input disappear from the traced parameters."""
+    if len(shape) == 0 and dt != torch.bool:
+        if dt.is_floating_point or dt.is_complex:
+            return torch.full(shape, 0.4765625 + index * 2.0**-12, dtype=dt)
+        return torch.full(shape, 97 + index % 29, dtype=dt)
     if dt.is_floating_point or dt.is_complex:
         return torch.full(shape, 0.5, dtype=dt)
     if dt == torch.bool:
