@@ -76,6 +76,29 @@ def test_small_cnn_outputs_and_gradients() -> None:
     compare_train(cnn, torch.randn(4, 3, 16, 16))  # also BatchNorm's running stats
 
 
+def test_cross_entropy_loss_inside_the_compiled_graph() -> None:
+    """The loss compiled with the model: aten's ``sum(x, dim=[])`` (reduce
+    all, from the nll_loss decomposition) must not become torch_xla's
+    reduce-none, and an integer target tensor is a program input."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 5))
+    ref = copy.deepcopy(model)
+
+    def loss_of(m: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(m(x), y)
+
+    compiled = torch.compile(lambda x, y: loss_of(model, x, y), backend=hbd.backend,
+                             dynamic=False)
+    x, y = torch.randn(7, 6), torch.randint(0, 5, (7,))
+    loss = compiled(x, y)
+    expected = loss_of(ref, x, y)
+    assert loss.shape == ()
+    close(loss, expected, OUT_TOL)
+    loss.backward()
+    expected.backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.grad, q.grad, GRAD_TOL)  # type: ignore[arg-type]
+
+
 def test_transformer_encoder_layer_outputs_and_gradients() -> None:
     layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
     compare_train(layer, torch.randn(2, 6, 32))
