@@ -37,7 +37,10 @@ import torch
 import torch.utils._pytree as pytree
 
 from hlobridge._native import ArgumentError
+from hlobridge.jax_bridge import _MISS
 from hlobridge.optim import Optimizer
+
+_Tensor = torch.Tensor
 
 __all__ = ["TrainStep", "compile_train_step"]
 
@@ -52,6 +55,10 @@ class _Traced:
     state_spec: pytree.TreeSpec
     mutated_buffers: list[str]
     """Buffers (by name) the forward updates, in program-output order."""
+    mutated_buffer_tensors: list[torch.Tensor]
+    """The same buffers."""
+    n_batch: int
+    """Batch arguments (top level) the trace was made for."""
 
 
 class TrainStep:
@@ -68,9 +75,15 @@ class TrainStep:
             raise ArgumentError("compile_train_step: the model has no parameters that require "
                                 "grad")
         self._buffers = dict(model.named_buffers())
+        self._param_list = list(self._params.values())
+        self._buffer_list = list(self._buffers.values())
         with torch.no_grad():
-            self.state: Any = optimizer.init({k: p.detach() for k, p in self._params.items()})
+            state = optimizer.init({k: p.detach() for k, p in self._params.items()})
+        self._state_leaves, self._state_spec = pytree.tree_flatten(state)
         self._traced: dict[tuple[Any, ...], _Traced] = {}
+        self._last: _Traced | None = None
+        """The last call's trace, tried first when the batch is a flat tuple
+        of plain tensors."""
         self._lock = threading.Lock()
 
     # -- running --------------------------------------------------------------
@@ -78,12 +91,29 @@ class TrainStep:
         """Run one step on ``batch`` (the arguments after ``model`` of
         ``loss_fn``); updates the model's parameters (and mutated buffers)
         and the optimizer state; returns the loss (before the update)."""
+        last = self._last
+        if last is not None and len(batch) == last.n_batch and \
+                all(type(b) is _Tensor for b in batch):
+            # Hot path: the last signature's program, checked and run natively
+            # (a miss, e.g. a new batch shape, falls through to a new trace).
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            try:
+                outs = last.graph.try_fast(
+                    (*self._param_list, *self._buffer_list, *self._state_leaves, *batch))
+            finally:
+                torch._C._set_grad_enabled(grad)
+            if outs is not _MISS:
+                return self._apply(outs, last)
+        return self._call_traced(batch)
+
+    def _call_traced(self, batch: tuple[Any, ...]) -> torch.Tensor:
         batch_leaves, batch_spec = pytree.tree_flatten(batch)
-        state_leaves, state_spec = pytree.tree_flatten(self.state)
-        params = [p.detach() for p in self._params.values()]
-        buffers = [b.detach() for b in self._buffers.values()]
+        state_leaves = self._state_leaves
+        params = [p.detach() for p in self._param_list]
+        buffers = [b.detach() for b in self._buffer_list]
         flat = [*params, *buffers, *state_leaves, *batch_leaves]
-        key = (batch_spec, state_spec,
+        key = (batch_spec, self._state_spec,
                *((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else t
                  for t in flat))
         traced = self._traced.get(key)
@@ -91,21 +121,37 @@ class TrainStep:
             with self._lock:
                 traced = self._traced.get(key)
                 if traced is None:
-                    traced = self._trace(flat, batch_spec, state_spec, len(state_leaves))
+                    traced = self._trace(flat, batch_spec, self._state_spec, len(state_leaves))
                     self._traced[key] = traced
         outs = traced.graph(*flat)
-        n_p, n_s = len(params), len(state_leaves)
-        loss = outs[0]
-        new_params = outs[1:1 + n_p]
-        new_state = outs[1 + n_p:1 + n_p + n_s]
-        new_buffers = outs[1 + n_p + n_s:]
+        flat_batch = batch_spec == pytree.tree_flatten(tuple(batch_leaves))[1]
+        self._last = traced if flat_batch else None
+        return self._apply(outs, traced)
+
+    def _apply(self, outs: list[Any], traced: _Traced) -> torch.Tensor:
+        """Swap the program's results in: parameters and buffers by
+        ``.data`` (zero-copy), the optimizer state's leaves."""
+        n_p, n_s = len(self._param_list), len(self._state_leaves)
         with torch.no_grad():
-            for p, v in zip(self._params.values(), new_params):
+            for p, v in zip(self._param_list, outs[1:1 + n_p]):
                 p.data = v
-            for name, v in zip(traced.mutated_buffers, new_buffers):
-                self._buffers[name].data = v
-        self.state = pytree.tree_unflatten(list(new_state), traced.state_spec)
-        return loss
+            for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s:]):
+                b.data = v
+        self._state_leaves = outs[1 + n_p:1 + n_p + n_s]
+        return outs[0]  # type: ignore[no-any-return]
+
+    @property
+    def state(self) -> Any:
+        """The optimizer state (the pytree ``optimizer.init`` made, holding
+        the latest values)."""
+        return pytree.tree_unflatten(list(self._state_leaves), self._state_spec)
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        leaves, spec = pytree.tree_flatten(value)
+        if spec != self._state_spec:
+            self._last = None  # a new structure needs a new trace
+        self._state_leaves, self._state_spec = leaves, spec
 
     @property
     def graphs(self) -> list[Any]:
@@ -168,7 +214,9 @@ class TrainStep:
                      tracing_mode="fake")(*flat)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
         return _Traced(graph=CompiledGraph(gm, self.name), state_spec=state_spec,
-                       mutated_buffers=mutated)
+                       mutated_buffers=mutated,
+                       mutated_buffer_tensors=[self._buffers[n] for n in mutated],
+                       n_batch=batch_spec.num_children)
 
 
 def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],

@@ -127,19 +127,9 @@ class CompiledGraph:
         t0 = _perf()
         if len(args) == 1 and type(args[0]) is list:
             args = tuple(args[0])
-        last = self._last
-        if last is not None:
-            # The native fast path checks every program input's dtype, shape,
-            # density and device against the last signature and runs it, or
-            # misses without side effects.
-            ins = [args[i] for i in last.inputs]
-            ins += last.constants
-            res = _fast_call(last, tuple(ins))
-            if res is not _MISS:
-                last.calls += 1
-                results = res if type(res) is list else [res]
-                return [None if o is None else results[o[1]] if o[0] == "prog" else args[o[1]]
-                        for o in last.outputs]
+        outs = self.try_fast(args)
+        if outs is not _MISS:
+            return outs  # type: ignore[no-any-return]
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a
                     for a in args)
         prog = self.programs.get(key)
@@ -174,6 +164,23 @@ class CompiledGraph:
         _record((self.platform, compiles, hits, outcome, prog.segments, views - copies,
                  ncopies + copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
         return outs
+
+    def try_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
+        """Run the last call's program natively if ``args`` fit its
+        signature (every program input's dtype, shape, density and device is
+        checked); otherwise return the fast path's miss sentinel, without
+        side effects. Inputs the program does not read are not checked."""
+        last = self._last
+        if last is None:
+            return _MISS
+        ins = [args[i] for i in last.inputs]
+        ins += last.constants
+        res = _fast_call(last, tuple(ins))
+        if res is _MISS:
+            return _MISS
+        last.calls += 1
+        return [None if o is None else res[o[1]] if o[0] == "prog" else args[o[1]]
+                for o in last.outputs]
 
     def _register_fast(self, prog: Program) -> None:
         """Hand ``prog``'s signature to the native fast path (all program
