@@ -44,3 +44,8 @@ echo "== The stitched program as a picture: hlobridge viz"
 .venv/bin/hlobridge viz "$out/demo_plan/plan.toml" -o "$out/demo_graph.html"
 .venv/bin/hlobridge viz "$out/demo_plan/plan.toml" -o "$out/demo_graph.svg" --layout builtin
 echo "wrote $out/demo_graph.html and $out/demo_graph.svg"
+
+echo
+echo "== The same, written as plain PyTorch: hb.compile_train_step captures forward + backward + JAX update as ONE program"
+PJRT_DEVICE=CPU .venv/bin/python examples/whole_step.py \
+    2> >(grep -v -E '^(WARNING: All log messages|I0000)' >&2)
