@@ -25,3 +25,21 @@ def test_hybrid_train_step_is_one_fused_program_matching_eager_torch():
     for seg, producer in [("linear", "torch"), ("act_loss", "jax"), ("linear_grad", "torch"), ("sgd", "jax")]:
         assert f"segment {seg}" in text and f"[{producer}]" in text
     assert "MISMATCH" not in text
+
+
+def test_whole_step_example_is_one_program_matching_eager_torch():
+    """``examples/whole_step.py``: ``hb.compile_train_step`` with a JAX
+    activation and a JAX optimizer; the script compares three steps with
+    eager torch (loss rtol 1e-4 / atol 1e-5, parameters atol 1e-4) and exits
+    non-zero on a mismatch."""
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONWARNINGS="ignore",
+               HLOBRIDGE_DEMO_SEED=str(int.from_bytes(os.urandom(2), "little")))
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "whole_step.py")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "ONE executable" in text and "PASSED" in text and "MISMATCH" not in text
+    for name, producer in [("jax_act#", "jax"), ("jax_act (vjp)", "jax"),
+                           ("momentum_update", "jax"), ("torch_0", "torch")]:
+        assert any(name in line and f"[{producer}]" in line for line in text.splitlines()), \
+            (name, text)
