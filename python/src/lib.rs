@@ -11,6 +11,7 @@
 //! path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 //! Rust logs reach Python's `logging` through [`logging`].
 
+mod cpu_tuning;
 mod disk_cache;
 mod dlpack;
 mod dtype;
