@@ -6,7 +6,6 @@
 //! lives in `pjrt-client` and the Python glue in `python/`.
 
 pub mod conform;
-pub mod cost;
 pub mod dialects;
 pub mod error;
 pub mod inspect;

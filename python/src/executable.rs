@@ -184,11 +184,6 @@ pub fn compile(
         return Ok((Executable { inner: hit.clone() }, true));
     }
     let rt = runtime::shared(py)?;
-    // The in-memory key is the caller's options and text: the tuning below
-    // is a function of them (and of the process-wide policy).
-    let mut tuned = opts.clone();
-    let is_tuned = crate::cpu_tuning::tune(rt.client.platform_name(), text, &mut tuned);
-    let encoded = if is_tuned { tuned.encode() } else { encoded };
     let fp = fingerprint(&key);
     let cfg = Config::from_env();
     let ident = if cfg.enabled {
@@ -209,22 +204,14 @@ pub fn compile(
                 }
             }
             let t0 = Instant::now();
-            let exe = match rt.client.compile(&Program::mlir_text(text), &tuned) {
-                Err(e) if is_tuned => {
-                    tracing::warn!(error = %e, "compile with XNNPACK graph fusion failed; compiling with the plugin's defaults");
-                    rt.client.compile(&Program::mlir_text(text), &opts)?
-                }
-                r => r?,
-            };
+            let exe = rt.client.compile(&Program::mlir_text(text), &opts)?;
             let compiled = Compiled {
                 exe,
                 fingerprint: fp,
                 compile_s: t0.elapsed().as_secs_f64(),
                 from_disk: false,
             };
-            if cfg.enabled && is_tuned {
-                tracing::debug!("compile cache: XNNPACK-fused executables cannot be serialized by this plugin; not cached on disk");
-            } else if cfg.enabled {
+            if cfg.enabled {
                 match compiled.exe.serialize() {
                     Ok(bytes) => disk_cache::store(&cfg, &dkey, &bytes),
                     Err(e) => tracing::warn!(error = %e, "compile cache: the plugin cannot serialize executables; not cached on disk"),

@@ -11,7 +11,6 @@
 //! path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 //! Rust logs reach Python's `logging` through [`logging`].
 
-mod cpu_tuning;
 mod disk_cache;
 mod dlpack;
 mod dtype;
