@@ -100,8 +100,9 @@ def main() -> int:
 
     assert receipt is not None
     (program,) = step.graphs[0].programs.values()
-    print(f"\nreceipt: platform={receipt.platform} compiles={receipt.compiles} "
-          f"cache_hits={receipt.cache_hits} cache={receipt.cache} "
+    print(f"\nprograms compiled for the step: {len(step.graphs)} (on the first call; "
+          f"later steps are cache hits)")
+    print(f"receipt of the last step: platform={receipt.platform} cache={receipt.cache} "
           f"run={receipt.run_time_s * 1e6:.0f} us, ONE executable "
           f"{program.exe.fingerprint} with {len(receipt.segments)} segments:")
     for seg in receipt.segments:
