@@ -74,7 +74,10 @@ class TrainStep:
         if not self._params:
             raise ArgumentError("compile_train_step: the model has no parameters that require "
                                 "grad")
-        self._buffers = dict(model.named_buffers())
+        # Buffers and frozen parameters are program inputs the optimizer does
+        # not touch (the forward may still update buffers in place).
+        self._buffers = {**dict(model.named_buffers()),
+                         **{k: p for k, p in model.named_parameters() if not p.requires_grad}}
         self._param_list = list(self._params.values())
         self._buffer_list = list(self._buffers.values())
         with torch.no_grad():

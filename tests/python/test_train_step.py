@@ -241,3 +241,16 @@ def test_optimizer_changing_state_structure_is_refused() -> None:
     step = hb.compile_train_step(JaxMLP(), mse, Bad())
     with pytest.raises(hb.ArgumentError, match="structure"):
         step(torch.randn(2, 16), torch.randn(2, 8))
+
+
+def test_frozen_parameters_are_inputs_and_stay_fixed() -> None:
+    """Fine-tuning: a frozen layer is a program input, not a baked constant,
+    and is left alone; the trainable layers match eager torch."""
+    model = JaxMLP()
+    model.fc1.requires_grad_(False)
+    frozen = model.fc1.weight.detach().clone()
+    run_both(model, optim.SGD(lr=0.05, momentum=0.9),
+             lambda ps: torch.optim.SGD([p for p in ps if p.requires_grad], lr=0.05,
+                                        momentum=0.9),
+             batches_for(3, (8, 16), (8, 8)))
+    assert torch.equal(model.fc1.weight, frozen)
