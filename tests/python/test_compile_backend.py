@@ -255,11 +255,39 @@ def test_data_dependent_shape_is_refused() -> None:
     assert isinstance(bridge_error(info.value), hbd.DataDependentError)
 
 
-def test_random_op_is_refused() -> None:
-    layer = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+def test_dropout_draws_from_torch_generator_like_eager() -> None:
+    """Dropout's random mask is a program input drawn by torch's generator on
+    every call: under the same seed the compiled model and eager torch use
+    the same mask (outputs and gradients match), and a new call gets a new
+    mask."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Dropout(0.4),
+                                torch.nn.Linear(32, 3))
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=hbd.backend, dynamic=False)
+    x = torch.randn(5, 6)
+    torch.manual_seed(SEED + 1)
+    out = compiled(x)
+    torch.manual_seed(SEED + 1)
+    expected = ref(x)
+    close(out, expected, OUT_TOL)
+    out.sum().backward()
+    expected.sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.grad, q.grad, GRAD_TOL)  # type: ignore[arg-type]
+    with torch.no_grad():
+        a, b = compiled(x), compiled(x)
+    assert not torch.equal(a, b), "the same dropout mask was used twice"
+
+
+def test_value_dependent_random_op_is_refused() -> None:
+    """``torch.poisson(rates)`` depends on tensor values: it cannot be drawn
+    outside the program, so it is refused by name."""
+    fn = torch.compile(lambda p: torch.poisson(torch.exp(p)) * p, backend=hbd.backend,
+                       dynamic=False)
     with pytest.raises(Exception) as info:
-        torch.compile(layer, backend=hbd.backend, dynamic=False)(torch.randn(2, 4))
+        fn(torch.randn(2, 4))
     assert isinstance(bridge_error(info.value), hbd.UnsupportedOpError)
+    assert "poisson" in str(bridge_error(info.value))
 
 
 def test_in_place_update_of_an_input_matches_eager() -> None:

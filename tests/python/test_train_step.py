@@ -220,11 +220,42 @@ def test_model_without_trainable_parameters_is_refused() -> None:
         hb.compile_train_step(frozen, mse, optim.SGD(lr=0.1))
 
 
-def test_random_ops_are_refused_by_name() -> None:
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+def test_dropout_masks_come_from_torch_generator() -> None:
+    """Dropout inside the captured step: the mask is drawn by torch's
+    generator each step (a program input), so under the same seed the step
+    matches eager torch exactly, and steps get fresh masks."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                torch.nn.Linear(16, 4))
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     step = hb.compile_train_step(model, mse, optim.SGD(lr=0.1))
-    with pytest.raises(hb.BridgeError, match="random op"):
-        step(torch.randn(2, 4), torch.randn(2, 4))
+    for i in range(3):
+        x, y = torch.randn(5, 8), torch.randn(5, 4)
+        torch.manual_seed(SEED + i)
+        loss = step(x, y)
+        torch.manual_seed(SEED + i)
+        ref_opt.zero_grad()
+        ref_loss = mse(ref, x, y)
+        ref_loss.backward()
+        ref_opt.step()
+        close(loss, ref_loss.detach(), LOSS_TOL, f"loss at step {i}")
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p.detach(), q.detach(), PARAM_TOL, f"after step {i}")
+    (graph,) = step.graphs
+    assert len(graph.random_inputs) == 1
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    losses = {float(step(x, y)) for _ in range(4)}
+    assert len(losses) > 1, "every step used the same dropout mask"
+
+
+def test_value_dependent_random_ops_are_refused_by_name() -> None:
+    def loss_fn(m: Callable[..., torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        h = m(x)
+        return (torch.poisson(torch.exp(h)) * h).sum()
+
+    step = hb.compile_train_step(torch.nn.Linear(4, 4), loss_fn, optim.SGD(lr=0.1))
+    with pytest.raises(hb.BridgeError, match="random op.*poisson"):
+        step(torch.randn(2, 4))
 
 
 def test_optimizer_changing_state_structure_is_refused() -> None:

@@ -93,8 +93,11 @@ def check_graph(gm: torch.fx.GraphModule) -> None:
         tags = getattr(node.target, "tags", ())
         if torch.Tag.nondeterministic_seeded in tags and not _random_is_inert(node):
             raise UnsupportedOpError(
-                f"hlobridge backend: random op {_op_name(node)} is not supported (its seed would "
-                f"be baked into the program); use dropout=0 / eval() or pass random tensors in")
+                f"hlobridge backend: random op {_op_name(node)} is not supported: its result "
+                f"depends on tensor values, so it cannot be drawn outside the program, and "
+                f"inside it the seed would be baked in (dropout, rand/randn(_like) and "
+                f"bernoulli(p) are drawn by torch as program inputs); pass the random tensor "
+                f"in instead")
         val = node.meta.get("val")
         if val is not None and free_unbacked_symbols(val):
             raise DataDependentError(

@@ -36,6 +36,7 @@ from hlobridge.custom_op import lookup
 from hlobridge.dynamo.engine import TensorSpec, get_engine
 from hlobridge.dynamo.errors import CompileBackendError
 from hlobridge.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
+from hlobridge.dynamo.random_inputs import RandomInput, lift_random_inputs
 from hlobridge.jax_bridge import _CODES, _DTYPES, _MISS, _PLAIN, _X64, _fast_call
 from hlobridge.receipt import Segment, _record, cache_accounting
 
@@ -114,6 +115,9 @@ class CompiledGraph:
         self._boxed_call = True
         self.gm = gm
         self.label = label
+        self.random_inputs: list[RandomInput] = lift_random_inputs(gm)
+        """Random ops cut out of the graph: drawn in torch and appended to
+        the inputs on every call (:mod:`hlobridge.dynamo.random_inputs`)."""
         self.partition: Partition = partition(gm)
         self.programs: dict[tuple[Any, ...], Program] = {}
         self.platform = _native.runtime().platform
@@ -127,7 +131,9 @@ class CompiledGraph:
         t0 = _perf()
         if len(args) == 1 and type(args[0]) is list:
             args = tuple(args[0])
-        outs = self.try_fast(args)
+        if self.random_inputs:
+            args = (*args, *(r.draw() for r in self.random_inputs))
+        outs = self._run_fast(args)
         if outs is not _MISS:
             return outs  # type: ignore[no-any-return]
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a
@@ -170,6 +176,11 @@ class CompiledGraph:
         signature (every program input's dtype, shape, density and device is
         checked); otherwise return the fast path's miss sentinel, without
         side effects. Inputs the program does not read are not checked."""
+        if self.random_inputs:
+            args = (*args, *(r.draw() for r in self.random_inputs))
+        return self._run_fast(args)
+
+    def _run_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
         last = self._last
         if last is None:
             return _MISS
