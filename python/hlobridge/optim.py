@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Optimizer", "SGD", "Adam", "JaxOptimizer"]
+__all__ = ["Optimizer", "SGD", "Adam", "JaxOptimizer", "ClipGradNorm"]
 
 Params = dict[str, torch.Tensor]
 
@@ -132,3 +132,22 @@ class JaxOptimizer:
 
         new_params, new_state = call_jax(self.update_fn, params, grads, state)
         return dict(new_params), new_state
+
+
+@dataclass(frozen=True)
+class ClipGradNorm:
+    """Clip the gradients to a global L2 norm of at most ``max_norm`` (as
+    ``torch.nn.utils.clip_grad_norm_``: scale by ``min(1, max_norm /
+    (norm + 1e-6))``), then apply ``inner``."""
+
+    max_norm: float
+    inner: Any
+
+    def init(self, params: Params) -> Any:
+        return self.inner.init(params)
+
+    def update(self, params: Params, grads: Params, state: Any) -> tuple[Params, Any]:
+        norms = torch.stack([torch.linalg.vector_norm(g) for g in grads.values()])
+        total = torch.linalg.vector_norm(norms)
+        coef = torch.clamp(self.max_norm / (total + 1e-6), max=1.0)
+        return self.inner.update(params, {k: g * coef for k, g in grads.items()}, state)

@@ -59,14 +59,18 @@ class _Traced:
     """The same buffers."""
     n_batch: int
     """Batch arguments (top level) the trace was made for."""
+    aux_spec: pytree.TreeSpec | None = None
+    """Structure of ``loss_fn``'s auxiliary output (``has_aux``)."""
+    n_aux: int = 0
 
 
 class TrainStep:
     """A compiled training step; see :func:`compile_train_step`."""
 
-    def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
-                 optimizer: Optimizer, *, name: str | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
+                 optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None) -> None:
         self.model = model
+        self.has_aux = has_aux
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.name = name or f"train_step #{next(_counter)}"
@@ -90,10 +94,11 @@ class TrainStep:
         self._lock = threading.Lock()
 
     # -- running --------------------------------------------------------------
-    def __call__(self, *batch: Any) -> torch.Tensor:
+    def __call__(self, *batch: Any) -> Any:
         """Run one step on ``batch`` (the arguments after ``model`` of
         ``loss_fn``); updates the model's parameters (and mutated buffers)
-        and the optimizer state; returns the loss (before the update)."""
+        and the optimizer state; returns the loss (before the update), or
+        ``(loss, aux)`` with ``has_aux``."""
         last = self._last
         if last is not None and len(batch) == last.n_batch and \
                 all(type(b) is _Tensor for b in batch):
@@ -110,7 +115,7 @@ class TrainStep:
                 return self._apply(outs, last)
         return self._call_traced(batch)
 
-    def _call_traced(self, batch: tuple[Any, ...]) -> torch.Tensor:
+    def _call_traced(self, batch: tuple[Any, ...]) -> Any:
         batch_leaves, batch_spec = pytree.tree_flatten(batch)
         state_leaves = self._state_leaves
         params = [p.detach() for p in self._param_list]
@@ -131,17 +136,20 @@ class TrainStep:
         self._last = traced if flat_batch else None
         return self._apply(outs, traced)
 
-    def _apply(self, outs: list[Any], traced: _Traced) -> torch.Tensor:
+    def _apply(self, outs: list[Any], traced: _Traced) -> Any:
         """Swap the program's results in: parameters and buffers by
         ``.data`` (zero-copy), the optimizer state's leaves."""
-        n_p, n_s = len(self._param_list), len(self._state_leaves)
+        n_p, n_s, n_a = len(self._param_list), len(self._state_leaves), traced.n_aux
         with torch.no_grad():
             for p, v in zip(self._param_list, outs[1:1 + n_p]):
                 p.data = v
-            for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s:]):
+            for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
                 b.data = v
         self._state_leaves = outs[1 + n_p:1 + n_p + n_s]
-        return outs[0]  # type: ignore[no-any-return]
+        if traced.aux_spec is not None:
+            aux = pytree.tree_unflatten(outs[1 + n_p + n_s:1 + n_p + n_s + n_a], traced.aux_spec)
+            return outs[0], aux
+        return outs[0]
 
     @property
     def state(self) -> Any:
@@ -174,7 +182,9 @@ class TrainStep:
         bnames = list(self._buffers)
         n_p, n_b = len(pnames), len(bnames)
         model, loss_fn, optimizer = self.model, self.loss_fn, self.optimizer
+        has_aux = self.has_aux
         mutated: list[str] = []
+        aux_box: list[pytree.TreeSpec] = []
 
         def step(*xs: Any) -> list[torch.Tensor]:
             params = dict(zip(pnames, xs[:n_p]))
@@ -188,6 +198,17 @@ class TrainStep:
                     return torch.func.functional_call(model, {**live, **buffers}, args, kwargs)
 
                 loss = loss_fn(forward, *batch)
+                aux_leaves: list[Any] = []
+                if has_aux:
+                    if not (isinstance(loss, tuple) and len(loss) == 2):
+                        raise ArgumentError("compile_train_step(has_aux=True): loss_fn must "
+                                            "return (loss, aux)")
+                    loss, aux = loss
+                    aux_leaves, aux_spec = pytree.tree_flatten(aux)
+                    if not all(isinstance(a, torch.Tensor) for a in aux_leaves):
+                        raise ArgumentError("compile_train_step: aux must be a pytree of "
+                                            "tensors")
+                    aux_box[:] = [aux_spec]
                 if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                     raise ArgumentError("compile_train_step: loss_fn must return a scalar "
                                         "tensor")
@@ -199,7 +220,8 @@ class TrainStep:
             if new_spec != state_spec:
                 raise ArgumentError(f"compile_train_step: optimizer.update returned a state of "
                                     f"structure {new_spec}, the state it got was {state_spec}")
-            return [loss.detach().reshape(()), *(new_params[k] for k in pnames), *new_leaves]
+            return [loss.detach().reshape(()), *(new_params[k] for k in pnames), *new_leaves,
+                    *(a.detach() for a in aux_leaves)]
 
         from torch.func import functionalize
 
@@ -219,7 +241,9 @@ class TrainStep:
         return _Traced(graph=CompiledGraph(gm, self.name), state_spec=state_spec,
                        mutated_buffers=mutated,
                        mutated_buffer_tensors=[self._buffers[n] for n in mutated],
-                       n_batch=batch_spec.num_children)
+                       n_batch=batch_spec.num_children,
+                       aux_spec=aux_box[0] if aux_box else None,
+                       n_aux=aux_box[0].num_leaves if aux_box else 0)
 
 
 def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],
@@ -250,8 +274,9 @@ def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list
         gm.recompile()
 
 
-def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
-                       optimizer: Optimizer, *, name: str | None = None) -> TrainStep:
+def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
+                       optimizer: Optimizer, *, has_aux: bool = False,
+                       name: str | None = None) -> TrainStep:
     """Compile ``model``'s whole training step into ONE program.
 
     ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
@@ -265,5 +290,9 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., torch.Tens
     step(x, y)`` runs forward, backward and the update, and leaves the new
     values in ``model``'s parameters. :func:`hlobridge.last_receipt` shows the
     one executable and its torch and JAX segments.
+
+    With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` where ``aux``
+    is a pytree of tensors (logits, metrics...), computed in the same
+    program and returned as ``(loss, aux)``.
     """
-    return TrainStep(model, loss_fn, optimizer, name=name)
+    return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name)

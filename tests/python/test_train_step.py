@@ -285,3 +285,35 @@ def test_frozen_parameters_are_inputs_and_stay_fixed() -> None:
                                         momentum=0.9),
              batches_for(3, (8, 16), (8, 8)))
     assert torch.equal(model.fc1.weight, frozen)
+
+
+def test_aux_outputs_and_gradient_clipping() -> None:
+    """``has_aux``: logits come back from the same program; ``ClipGradNorm``
+    matches ``torch.nn.utils.clip_grad_norm_`` + SGD (a small max_norm, so
+    the clipping is active every step)."""
+    model = JaxMLP()
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+
+    def loss_aux(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        out = m(x)
+        return F.mse_loss(out, y), {"out": out, "max": out.max()}
+
+    step = hb.compile_train_step(model, loss_aux,
+                                 optim.ClipGradNorm(0.05, optim.SGD(lr=0.1, momentum=0.5)),
+                                 has_aux=True)
+    for i in range(3):
+        x, y = torch.randn(6, 16), torch.randn(6, 8)
+        loss, aux = step(x, y)
+        ref_opt.zero_grad()
+        ref_loss, ref_aux = loss_aux(ref, x, y)
+        ref_loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        assert float(norm) > 0.05, "the test needs active clipping"
+        ref_opt.step()
+        close(loss, ref_loss.detach(), LOSS_TOL, f"loss at step {i}")
+        close(aux["out"], ref_aux["out"].detach(), LOSS_TOL, f"aux at step {i}")
+        close(aux["max"], ref_aux["max"].detach(), LOSS_TOL, f"aux max at step {i}")
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            close(p.detach(), q.detach(), PARAM_TOL, f"{name} after step {i}")
