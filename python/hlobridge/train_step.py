@@ -140,11 +140,11 @@ class TrainStep:
         """Swap the program's results in: parameters and buffers by
         ``.data`` (zero-copy), the optimizer state's leaves."""
         n_p, n_s, n_a = len(self._param_list), len(self._state_leaves), traced.n_aux
-        with torch.no_grad():
-            for p, v in zip(self._param_list, outs[1:1 + n_p]):
-                p.data = v
-            for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
-                b.data = v
+        # Assigning .data records nothing for autograd: no no_grad() needed.
+        for p, v in zip(self._param_list, outs[1:1 + n_p]):
+            p.data = v
+        for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
+            b.data = v
         self._state_leaves = outs[1 + n_p:1 + n_p + n_s]
         if traced.aux_spec is not None:
             aux = pytree.tree_unflatten(outs[1 + n_p + n_s:1 + n_p + n_s + n_a], traced.aux_spec)
