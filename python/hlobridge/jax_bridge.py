@@ -172,13 +172,16 @@ _PROXY_KEY = torch._C._TorchDispatchModeKey.PROXY
 
 
 def _is_tracing(leaves: list[Any]) -> bool:
-    """Whether this call is being traced rather than run: a tensor leaf is a
-    tracer's subclass (fake, functional, grad-tracking...) or a proxy mode
+    """Whether this call is being traced rather than run: a tensor leaf is
+    fake (also under functional or functorch wrappers) or a proxy mode
     (``make_fx``) is active. Traced calls become one ``hlobridge::call_jax``
-    op, so that the caller's graph holds the JAX function as a node."""
+    op, so that the caller's graph holds the JAX function as a node. Other
+    tensor subclasses are real data and run."""
+    from torch._subclasses.fake_tensor import is_fake
+
     for leaf in leaves:
         if isinstance(leaf, _Tensor) and type(leaf) is not _Tensor and \
-                type(leaf) is not torch.nn.Parameter:
+                type(leaf) is not torch.nn.Parameter and is_fake(leaf):
             return True
     return torch._C._get_dispatch_mode(_PROXY_KEY) is not None
 

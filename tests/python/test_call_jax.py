@@ -553,3 +553,15 @@ def test_missing_plugin_raises_plugin_not_found_error(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK PJRT plugin not found") and "nope.so" in out.stdout
+
+
+class _PlainSubclass(torch.Tensor):
+    """A user tensor subclass holding real data (not a tracer's)."""
+
+
+def test_tensor_subclass_with_real_data_runs(gen):
+    """Only fake/proxied tensors are traced into an ``hlobridge::call_jax`` op
+    (``jax_bridge._is_tracing``); a subclass holding real data runs."""
+    x = randn(gen, 8)
+    out = hb.call_jax(lambda a: a * 3 + 1, x.as_subclass(_PlainSubclass))
+    close(out, x * 3 + 1)

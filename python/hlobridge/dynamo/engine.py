@@ -25,6 +25,7 @@ receipt's segments name the engine that ran.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -131,6 +132,7 @@ def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphMod
     return torch.fx.GraphModule(gm, graph)
 
 
+@functools.cache
 def _reduce_all_ops() -> frozenset[Any]:
     aten = torch.ops.aten
     return frozenset({aten.sum.dim_IntList, aten.mean.dim, aten.amax.default, aten.amin.default})
