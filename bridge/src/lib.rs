@@ -11,6 +11,7 @@ pub mod error;
 pub mod inspect;
 pub mod intern;
 pub mod ir;
+pub mod lower;
 pub mod parse;
 pub mod print;
 pub mod stitch;

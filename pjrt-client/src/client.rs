@@ -161,6 +161,7 @@ pub(crate) struct ClientInner {
     pub(crate) platform_name: String,
     pub(crate) platform_version: String,
     pub(crate) addressable: Vec<*mut ffi::PJRT_Device>,
+    pub(crate) host_kernels: crate::HostKernels,
 }
 
 // SAFETY: PJRT clients are thread-safe; raw pointers are owned handles.
@@ -212,6 +213,7 @@ impl Client {
             platform_name: String::new(),
             platform_version: String::new(),
             addressable: Vec::new(),
+            host_kernels: crate::HostKernels::default(),
         };
         let api = plugin.api();
         let mut pn = ffi::PJRT_Client_PlatformName_Args::new();
@@ -241,6 +243,14 @@ impl Client {
                         .to_vec();
             }
         }
+        inner.host_kernels = if inner.platform_name == "cpu" {
+            crate::host_kernels::ensure_registered(api)
+        } else {
+            crate::HostKernels {
+                gemm: false,
+                reason: Some(format!("no host kernels for platform {:?}", inner.platform_name)),
+            }
+        };
         tracing::info!(platform = %inner.platform_name, devices = inner.addressable.len(), "created PJRT client");
         Ok(Client {
             inner: Arc::new(inner),
@@ -250,6 +260,12 @@ impl Client {
     /// Discovers a plugin and creates a CPU-style client with `options`.
     pub fn discover(options: &ClientOptions) -> Result<Client> {
         Client::new(&Plugin::discover()?, options)
+    }
+
+    /// The host kernels registered with this client's plugin (see
+    /// [`crate::host_kernels`]).
+    pub fn host_kernels(&self) -> &crate::HostKernels {
+        &self.inner.host_kernels
     }
 
     /// The plugin's checked API table.

@@ -39,6 +39,7 @@ pub mod executable;
 pub mod execute;
 pub mod ffi;
 pub mod hlo;
+pub mod host_kernels;
 pub mod layout;
 pub mod wait_policy;
 
@@ -54,4 +55,5 @@ pub use event::Event;
 pub use executable::{ArrayInfo, Executable, LoadedExecutable};
 pub use execute::{Donation, ExecuteOptions};
 pub use hlo::{FusionInfo, OptimizedHlo};
+pub use host_kernels::HostKernels;
 pub use hlobridge_proto as proto;

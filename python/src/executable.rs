@@ -191,11 +191,17 @@ pub fn compile(
     } else {
         ""
     };
+    let lowering = host_lowering(&rt);
+    let mut disk_options = encoded.clone();
+    if let Some(l) = &lowering {
+        disk_options.extend_from_slice(b"\0lowering=");
+        disk_options.extend_from_slice(l.cache_tag().as_bytes());
+    }
     let compiled = py
         .allow_threads(|| {
             let dkey = Key {
                 plugin: ident,
-                options: &encoded,
+                options: &disk_options,
                 text,
             };
             if cfg.enabled {
@@ -204,7 +210,15 @@ pub fn compile(
                 }
             }
             let t0 = Instant::now();
-            let exe = rt.client.compile(&Program::mlir_text(text), &opts)?;
+            let lowered = lowering
+                .as_ref()
+                .and_then(|l| hlobridge::lower::lower_text_for_host(text, l));
+            if let Some((_, report)) = &lowered {
+                stats::HOST_GEMM_CALLS.add(report.rewritten as u64);
+                tracing::debug!(rewritten = report.rewritten, products = report.products, "host GEMM lowering");
+            }
+            let program = lowered.as_ref().map_or(text, |(t, _)| t.as_str());
+            let exe = rt.client.compile(&Program::mlir_text(program), &opts)?;
             let compiled = Compiled {
                 exe,
                 fingerprint: fp,
@@ -253,6 +267,16 @@ pub fn clear_compile_cache() -> usize {
     let n = c.len();
     c.clear();
     n
+}
+
+/// The host lowering to apply before compiling on this runtime: only when
+/// its plugin registered the host kernels and `HLOBRIDGE_HOST_GEMM` allows it.
+fn host_lowering(rt: &runtime::Shared) -> Option<hlobridge::lower::HostLowering> {
+    if !rt.client.host_kernels().gemm {
+        return None;
+    }
+    let l = hlobridge::lower::HostLowering::from_env();
+    l.gemm.is_some().then_some(l)
 }
 
 /// The plugin identity of the shared runtime (computed once).

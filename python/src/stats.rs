@@ -50,6 +50,9 @@ pub static CACHE_HITS: Counter = Counter::new();
 pub static DISK_CACHE_HITS: Counter = Counter::new();
 /// Executions.
 pub static EXECUTIONS: Counter = Counter::new();
+/// Matrix products compiled as host GEMM kernel calls (see
+/// `hlobridge::lower::host_gemm`), over all compiles.
+pub static HOST_GEMM_CALLS: Counter = Counter::new();
 
 const ALL: &[(&str, &Counter)] = &[
     ("input_views", &INPUT_VIEWS),
@@ -60,6 +63,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("cache_hits", &CACHE_HITS),
     ("disk_cache_hits", &DISK_CACHE_HITS),
     ("executions", &EXECUTIONS),
+    ("host_gemm_calls", &HOST_GEMM_CALLS),
 ];
 
 /// The counters as a `dict[str, int]`.

@@ -378,6 +378,11 @@ fn run_case(client: &Client, name: &str, src: &str, first_line: u32, generic: bo
         Err(e) => return Case::Fail(vec![format!("unsupported: {e}")]),
     };
     hlobridge::conform::attach_source_lines(&mut rw.checks, src, first_line);
+    if client.host_kernels().gemm {
+        if let Some(policy) = hlobridge::lower::HostLowering::from_env().gemm {
+            hlobridge::lower::rewrite_host_gemm(&mut m, &policy);
+        }
+    }
     let nparams = hlobridge::conform::entry_params(&m).map_or(0, |p| p.len());
     let program = hlobridge::print_module(
         &m,

@@ -127,7 +127,7 @@ pub(crate) fn run_module(
     }
     let inputs: Vec<Npy> = bound.into_iter().flatten().map(|(_, n)| n).collect();
 
-    let program = hlobridge::print_module(
+    let mut program = hlobridge::print_module(
         m,
         &hlobridge::PrintOptions {
             generic: a.generic,
@@ -140,6 +140,15 @@ pub(crate) fn run_module(
         &ClientOptions::new().cpu_device_count(a.devices.max(1) as i64),
     )
     .map_err(|e| format!("creating PJRT client: {e}"))?;
+    let mut host_gemm = 0;
+    if client.host_kernels().gemm {
+        if let Some((lowered, report)) =
+            hlobridge::lower::lower_text_for_host(&program, &hlobridge::lower::HostLowering::from_env())
+        {
+            host_gemm = report.rewritten;
+            program = lowered;
+        }
+    }
     let options = compile_options(m);
     let need = options.num_partitions * options.num_replicas;
     if need > client.device_count() {
@@ -173,6 +182,7 @@ pub(crate) fn run_module(
         "devices": client.addressable_devices().iter().map(|d| d.to_string_lossy()).collect::<Vec<_>>(),
         "parse_ms": ms(parse_time),
         "compile_ms": ms(compile_time),
+        "host_gemm_calls": host_gemm,
         "run_ms": ms(run_time),
     });
     let mut outs = Vec::new();

@@ -16,7 +16,7 @@ mod mhlo;
 mod sdy;
 mod stablehlo_control;
 mod stablehlo_data;
-mod stablehlo_dot_conv;
+pub(crate) mod stablehlo_dot_conv;
 mod stablehlo_elementwise;
 mod stablehlo_misc;
 

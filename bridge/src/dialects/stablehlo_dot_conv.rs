@@ -203,7 +203,7 @@ fn dot_dims_text(fields: &[Vec<i64>; 4]) -> String {
 }
 
 /// Read `stablehlo.dot<...>` back into its four lists.
-fn read_dot_dims(text: &str) -> Option<[Vec<i64>; 4]> {
+pub(crate) fn read_dot_dims(text: &str) -> Option<[Vec<i64>; 4]> {
     let body = text.strip_prefix("stablehlo.dot<")?.strip_suffix('>')?;
     let mut c = Cursor::new(body);
     let mut out: [Option<Vec<i64>>; 4] = Default::default();

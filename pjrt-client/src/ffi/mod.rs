@@ -99,12 +99,14 @@ mod buffer;
 mod client;
 pub mod dlpack;
 mod exec;
+mod ffi_ext;
 
 pub use self::api::*;
 pub use self::base::*;
 pub use self::buffer::*;
 pub use self::client::*;
 pub use self::exec::*;
+pub use self::ffi_ext::*;
 
 /// Opaque handle types (never dereferenced on the Rust side).
 macro_rules! opaque {

@@ -1,0 +1,88 @@
+//! Unit tests of the host GEMM rewrite: which products it takes, which it
+//! leaves, that the output parses back, and a snapshot of the printed form.
+
+use super::*;
+use crate::{parse_module, print_module, PrintOptions};
+
+fn rewrite(text: &str) -> (String, HostGemmReport) {
+    let mut m = parse_module(text).expect("parse");
+    let r = rewrite_host_gemm(&mut m, &HostGemmPolicy::default());
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    (out, r)
+}
+
+const MLP: &str = r#"func.func public @main(%x: tensor<64x128xf32>, %w: tensor<128x128xf32>, %b: tensor<4x64x32xf64>, %c: tensor<4x48x32xf64>) -> (tensor<128x128xf32>, tensor<4x64x48xf64>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<64x128xf32>, tensor<128x128xf32>) -> tensor<64x128xf32>
+  %1 = stablehlo.tanh %0 : tensor<64x128xf32>
+  %2 = stablehlo.dot_general %x, %1, contracting_dims = [0] x [0] : (tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
+  %3 = stablehlo.dot_general %b, %c, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<4x64x32xf64>, tensor<4x48x32xf64>) -> tensor<4x64x48xf64>
+  return %2, %3 : tensor<128x128xf32>, tensor<4x64x48xf64>
+}"#;
+
+#[test]
+fn mlp_products_become_host_gemm_calls() {
+    let (out, r) = rewrite(MLP);
+    assert_eq!(r, HostGemmReport { rewritten: 3, products: 3 });
+    assert!(out.contains("@hlobridge_gemm_nn(%arg0, %arg1)") || out.contains("@hlobridge_gemm_nn("), "{out}");
+    assert!(out.contains("@hlobridge_gemm_tn("), "{out}");
+    assert!(out.contains("@hlobridge_gemm_nt("), "{out}");
+    assert!(!out.contains("dot_general"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn products_outside_the_policy_stay() {
+    let cases = [
+        // matrix-vector
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x1xf32>) -> tensor<256x1xf32>",
+        // tiny
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>",
+        // large: XLA's threaded dot wins
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<512x512xf32>, tensor<512x512xf32>) -> tensor<512x512xf32>",
+        // bf16: no kernel
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xbf16>, tensor<64x64xbf16>) -> tensor<64x64xbf16>",
+        // mixed precision result
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf64>",
+        // two contracting dims
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1, 2] x [0, 1] : (tensor<64x8x8xf32>, tensor<8x8x64xf32>) -> tensor<64x64xf32>",
+        // batch dims not leading
+        "%0 = stablehlo.dot_general %a, %b, batching_dims = [2] x [0], contracting_dims = [1] x [1] : (tensor<64x64x4xf32>, tensor<4x64x64xf32>) -> tensor<4x64x64xf32>",
+        // dynamic
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>",
+        // explicit algorithm
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0], algorithm = <lhs_precision_type = f32, rhs_precision_type = f32, accumulation_type = f32, lhs_component_count = 1, rhs_component_count = 1, num_primitive_operations = 1, allow_imprecise_accumulation = false> : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>",
+    ];
+    for body in cases {
+        let types = body.rsplit_once(" : (").unwrap().1;
+        let (ins, out) = types.split_once(") -> ").unwrap();
+        let (ta, tb) = ins.split_once(", ").unwrap();
+        let text = format!("func.func @f(%a: {ta}, %b: {tb}) -> {out} {{\n  {body}\n  return %0 : {out}\n}}");
+        let (printed, r) = rewrite(&text);
+        assert_eq!(r.rewritten, 0, "rewrote {body}:\n{printed}");
+        assert_eq!(r.products, 1, "{body}");
+    }
+}
+
+#[test]
+fn plain_dot_and_nested_regions_are_rewritten() {
+    let text = r#"func.func @f(%a: tensor<64x64xf32>, %p: tensor<i1>) -> tensor<64x64xf32> {
+  %0 = "stablehlo.if"(%p) ({
+    %1 = stablehlo.dot %a, %a : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+    stablehlo.return %1 : tensor<64x64xf32>
+  }, {
+    stablehlo.return %a : tensor<64x64xf32>
+  }) : (tensor<i1>) -> tensor<64x64xf32>
+  return %0 : tensor<64x64xf32>
+}"#;
+    let (out, r) = rewrite(text);
+    assert_eq!(r.rewritten, 1, "{out}");
+    assert!(out.contains("stablehlo.custom_call @hlobridge_gemm_nn"), "{out}");
+}
+
+#[test]
+fn target_names_cover_every_transposition() {
+    let names: std::collections::HashSet<_> =
+        [(false, false), (true, false), (false, true), (true, true)].map(|(a, b)| target_name(a, b)).into();
+    assert_eq!(names.len(), 4);
+}

@@ -1,0 +1,114 @@
+//! The `hlobridge_gemm_*` host kernels, called from StableHLO custom calls
+//! on the CPU plugin: every transposition, batches, f64, a bad-shape call
+//! that must come back as an error (not an abort), and agreement with the
+//! plugin's own `dot_general` on the same inputs.
+
+mod common;
+use common::*;
+use pjrt_client::{CompileOptions, Program};
+
+fn dims_text(d: &[usize], t: &str) -> String {
+    let mut s = String::from("tensor<");
+    for x in d {
+        s.push_str(&format!("{x}x"));
+    }
+    s.push_str(t);
+    s.push('>');
+    s
+}
+
+/// `out = lhs · rhs` through the custom call, and the same product through
+/// `stablehlo.dot_general`, as two results of one program.
+fn module(target: &str, ta: bool, tb: bool, batch: &[usize], m: usize, k: usize, n: usize, ty: &str) -> (String, Vec<usize>, Vec<usize>) {
+    let mut a: Vec<usize> = batch.to_vec();
+    a.extend(if ta { [k, m] } else { [m, k] });
+    let mut b: Vec<usize> = batch.to_vec();
+    b.extend(if tb { [n, k] } else { [k, n] });
+    let mut c: Vec<usize> = batch.to_vec();
+    c.extend([m, n]);
+    let nb = batch.len();
+    let bd: Vec<String> = (0..nb).map(|i| i.to_string()).collect();
+    let lc = if ta { nb } else { nb + 1 };
+    let rc = if tb { nb + 1 } else { nb };
+    let batching = if nb > 0 {
+        format!("batching_dims = [{0}] x [{0}], ", bd.join(", "))
+    } else {
+        String::new()
+    };
+    let (at, bt, ct) = (dims_text(&a, ty), dims_text(&b, ty), dims_text(&c, ty));
+    let text = format!(
+        "func.func public @main(%a: {at}, %b: {bt}) -> ({ct}, {ct}) {{\n  \
+         %0 = stablehlo.custom_call @{target}(%a, %b) {{api_version = 4 : i32}} : ({at}, {bt}) -> {ct}\n  \
+         %1 = stablehlo.dot_general %a, %b, {batching}contracting_dims = [{lc}] x [{rc}], precision = [HIGHEST, HIGHEST] : ({at}, {bt}) -> {ct}\n  \
+         return %0, %1 : {ct}, {ct}\n}}"
+    );
+    (text, a, b)
+}
+
+#[test]
+fn cpu_client_registers_the_gemm_kernels() {
+    let c = client(1);
+    assert!(c.host_kernels().gemm, "{:?}", c.host_kernels());
+}
+
+#[test]
+fn gemm_matches_the_plugin_dot_for_every_transposition_f32() {
+    let c = client(1);
+    let targets = [("hlobridge_gemm_nn", false, false), ("hlobridge_gemm_tn", true, false),
+                   ("hlobridge_gemm_nt", false, true), ("hlobridge_gemm_tt", true, true)];
+    for (seed, &(t, ta, tb)) in targets.iter().enumerate() {
+        for batch in [&[][..], &[3][..], &[2, 2][..]] {
+            let (m, k, n) = (33, 17, 29);
+            let (text, ad, bd) = module(t, ta, tb, batch, m, k, n, "f32");
+            let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
+            let a = random_f32(ad.iter().product(), seed as u64 * 7 + 1);
+            let b = random_f32(bd.iter().product(), seed as u64 * 7 + 2);
+            let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
+            let bd64: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
+            let ba = c.buffer_from_host(&a, &ad64, None).unwrap();
+            let bb = c.buffer_from_host(&b, &bd64, None).unwrap();
+            let out = exe.execute(&[&ba, &bb]).unwrap();
+            let got = out[0].to_host::<f32>().unwrap();
+            let want = out[1].to_host::<f32>().unwrap();
+            // f32 sums of 17 products of values in [-3, 3): both sides round
+            // differently; 1e-4 relative to the magnitude (≤ 17·9) is loose
+            // enough for that and far below any indexing error.
+            assert_close(&got, &want, 2e-3);
+        }
+    }
+}
+
+#[test]
+fn gemm_f64_is_exact_to_rounding() {
+    let c = client(1);
+    let (text, ad, bd) = module("hlobridge_gemm_tn", true, false, &[2], 40, 50, 30, "f64");
+    let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
+    let a: Vec<f64> = random_f32(ad.iter().product(), 11).into_iter().map(f64::from).collect();
+    let b: Vec<f64> = random_f32(bd.iter().product(), 12).into_iter().map(f64::from).collect();
+    let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
+    let bd64: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
+    let out = exe
+        .execute(&[&c.buffer_from_host(&a, &ad64, None).unwrap(), &c.buffer_from_host(&b, &bd64, None).unwrap()])
+        .unwrap();
+    let (got, want) = (out[0].to_host::<f64>().unwrap(), out[1].to_host::<f64>().unwrap());
+    for (x, y) in got.iter().zip(&want) {
+        assert!((x - y).abs() <= 1e-10 * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}
+
+#[test]
+fn a_call_whose_shapes_do_not_multiply_fails_with_a_message() {
+    let c = client(1);
+    // Declares a 4x6 result for a 4x3 · 3x5 product: the kernel refuses it.
+    let text = "func.func public @main(%a: tensor<4x3xf32>, %b: tensor<3x5xf32>) -> tensor<4x6xf32> {\n  \
+        %0 = stablehlo.custom_call @hlobridge_gemm_nn(%a, %b) {api_version = 4 : i32} : (tensor<4x3xf32>, tensor<3x5xf32>) -> tensor<4x6xf32>\n  \
+        return %0 : tensor<4x6xf32>\n}";
+    let exe = c.compile(&Program::mlir_text(text), &CompileOptions::default()).unwrap();
+    let a = c.buffer_from_host(&random_f32(12, 1), &[4, 3], None).unwrap();
+    let b = c.buffer_from_host(&random_f32(15, 2), &[3, 5], None).unwrap();
+    let err = exe.execute(&[&a, &b]).and_then(|o| o[0].to_host::<f32>()).unwrap_err();
+    assert!(err.to_string().contains("do not multiply"), "{err}");
+    // The process and the client keep working.
+    let ok = c.buffer_from_host(&[1.0f32], &[1], None).unwrap();
+    assert_eq!(ok.to_host::<f32>().unwrap(), vec![1.0]);
+}
