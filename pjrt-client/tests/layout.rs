@@ -135,3 +135,91 @@ fn rust_layouts_match_pjrt_c_api_header() {
         mismatches.join("\n")
     );
 }
+
+/// jaxlib's copy of the XLA FFI C API header (`xla/ffi/api/c_api.h`).
+fn find_xla_ffi_header() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("XLA_FFI_C_API_HEADER") {
+        return Some(PathBuf::from(p));
+    }
+    pjrt_client::discovery::site_packages_dirs()
+        .iter()
+        .map(|sp| sp.join("jaxlib/include/xla/ffi/api/c_api.h"))
+        .find(|p| p.exists())
+}
+
+#[test]
+fn host_kernel_layouts_match_the_xla_ffi_header() {
+    let Some(header) = find_xla_ffi_header() else {
+        eprintln!("SKIPPED: jaxlib's xla/ffi/api/c_api.h not found (install jaxlib into .venv via `make`)");
+        return;
+    };
+    eprintln!("checking against {}", header.display());
+    let include = header.ancestors().nth(4).expect("include dir").to_path_buf();
+    let layouts = pjrt_client::host_kernels::xla_ffi::layouts();
+    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"xla/ffi/api/c_api.h\"\nint main(void) {\n");
+    for l in &layouts {
+        c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
+        for (f, _) in l.fields {
+            c.push_str(&format!("  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n", l.name, f));
+        }
+    }
+    use pjrt_client::host_kernels::xla_ffi as x;
+    let enums = [
+        ("XLA_FFI_Extension_Metadata", x::XLA_FFI_Extension_Metadata as i64),
+        ("XLA_FFI_ExecutionStage_EXECUTE", x::XLA_FFI_ExecutionStage_EXECUTE as i64),
+        ("XLA_FFI_DataType_F32", x::XLA_FFI_DataType_F32 as i64),
+        ("XLA_FFI_DataType_F64", x::XLA_FFI_DataType_F64 as i64),
+        ("XLA_FFI_ArgType_BUFFER", x::XLA_FFI_ArgType_BUFFER as i64),
+        ("XLA_FFI_RetType_BUFFER", x::XLA_FFI_RetType_BUFFER as i64),
+        ("XLA_FFI_Error_Code_INVALID_ARGUMENT", x::XLA_FFI_Error_Code_INVALID_ARGUMENT as i64),
+        ("XLA_FFI_Error_Code_INTERNAL", x::XLA_FFI_Error_Code_INTERNAL as i64),
+        ("XLA_FFI_API_MAJOR", x::XLA_FFI_API_MAJOR as i64),
+        ("XLA_FFI_API_MINOR", x::XLA_FFI_API_MINOR as i64),
+    ];
+    for (name, _) in &enums {
+        c.push_str(&format!("  printf(\"enum.{name} %d\\n\", (int){name});\n"));
+    }
+    c.push_str("  return 0;\n}\n");
+    let dir = std::env::temp_dir().join(format!("hlobridge_ffi_layout_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join("ffi_layout.c"), dir.join("ffi_layout"));
+    std::fs::write(&src, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .arg("-std=c11")
+        .arg("-I")
+        .arg(&include)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run C compiler");
+    assert!(st.success(), "C compile failed");
+    let out = Command::new(&exe).output().expect("run layout program");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let c_vals: HashMap<&str, i64> = text
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    let mut mismatches = Vec::new();
+    for l in &layouts {
+        if c_vals[l.name] as usize != l.size {
+            mismatches.push(format!("sizeof({}): C {} vs Rust {}", l.name, c_vals[l.name], l.size));
+        }
+        for (f, off) in l.fields {
+            let key = format!("{}.{}", l.name, f);
+            if c_vals[key.as_str()] as usize != *off {
+                mismatches.push(format!("offsetof({key}): C {} vs Rust {off}", c_vals[key.as_str()]));
+            }
+        }
+    }
+    for (name, v) in &enums {
+        let key = format!("enum.{name}");
+        if c_vals[key.as_str()] != *v {
+            mismatches.push(format!("{name}: C {} vs Rust {v}", c_vals[key.as_str()]));
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(mismatches.is_empty(), "XLA FFI layout mismatches:\n{}", mismatches.join("\n"));
+}

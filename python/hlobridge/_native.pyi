@@ -151,7 +151,8 @@ def stats() -> dict[str, int]:
     """Process-wide counters: input_views, input_copies, input_copied_bytes,
     outputs, compiles (real PJRT compiles), cache_hits (in-memory),
     disk_cache_hits (executables loaded from the persistent cache, not
-    compiles), executions."""
+    compiles), executions, host_gemm_calls (matrix products compiled as
+    host GEMM kernel calls on the CPU plugin)."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

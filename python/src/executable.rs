@@ -173,7 +173,15 @@ pub fn compile(
     xla_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(Executable, bool)> {
     let opts = compile_options(xla_options)?;
-    let encoded = opts.encode();
+    let rt = runtime::shared(py)?;
+    // The host lowering is part of both cache keys: a program compiled with
+    // host GEMM calls must not be served to a caller that turned them off.
+    let lowering = host_lowering(&rt);
+    let mut encoded = opts.encode();
+    if let Some(l) = &lowering {
+        encoded.extend_from_slice(b"\0lowering=");
+        encoded.extend_from_slice(l.cache_tag().as_bytes());
+    }
     let mut key = Vec::with_capacity(8 + encoded.len() + text.len());
     key.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
     key.extend_from_slice(&encoded);
@@ -183,7 +191,6 @@ pub fn compile(
         tracing::debug!(fingerprint = %hit.fingerprint, "compile cache hit");
         return Ok((Executable { inner: hit.clone() }, true));
     }
-    let rt = runtime::shared(py)?;
     let fp = fingerprint(&key);
     let cfg = Config::from_env();
     let ident = if cfg.enabled {
@@ -191,17 +198,11 @@ pub fn compile(
     } else {
         ""
     };
-    let lowering = host_lowering(&rt);
-    let mut disk_options = encoded.clone();
-    if let Some(l) = &lowering {
-        disk_options.extend_from_slice(b"\0lowering=");
-        disk_options.extend_from_slice(l.cache_tag().as_bytes());
-    }
     let compiled = py
         .allow_threads(|| {
             let dkey = Key {
                 plugin: ident,
-                options: &disk_options,
+                options: &encoded,
                 text,
             };
             if cfg.enabled {

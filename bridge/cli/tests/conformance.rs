@@ -140,6 +140,41 @@ fn static_suite_passes() {
     );
 }
 
+/// Every suite module with a matrix product, run with all eligible
+/// products sent to the host GEMM kernels (`HLOBRIDGE_HOST_GEMM=all`):
+/// they must all pass, and some products must actually have been rewritten.
+#[test]
+fn products_pass_through_the_host_gemm_kernels() {
+    let Some(dir) = corpus() else { return };
+    let work = scratch("gemm");
+    let mut linked = 0;
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "mlir") {
+            continue;
+        }
+        let t = std::fs::read_to_string(&p).unwrap_or_default();
+        if t.contains("stablehlo.dot_general") || t.contains("stablehlo.dot ") {
+            std::os::unix::fs::symlink(&p, work.join(p.file_name().unwrap())).unwrap();
+            linked += 1;
+        }
+    }
+    assert!(linked > 50, "only {linked} modules with products in the suite");
+    let o = Command::new(env!("CARGO_BIN_EXE_hlobridge"))
+        .args(["conform", work.to_str().unwrap()])
+        .env("HLOBRIDGE_HOST_GEMM", "all")
+        .env("HLOBRIDGE_LOG", "hlobridge::lower=debug")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("spawn hlobridge");
+    let (out, err) = text(&o);
+    let (passed, failed, _) = final_counts(&out);
+    assert_eq!((passed, failed), (linked, 0), "{out}");
+    let rewritten = err.lines().filter(|l| l.contains("host GEMM rewrite")).count();
+    assert!(rewritten >= 15, "only {rewritten} modules used the host GEMM kernels:\n{err}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 #[test]
 fn sampled_files_pass() {
     let Some(dir) = corpus() else { return };

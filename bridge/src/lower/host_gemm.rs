@@ -17,13 +17,22 @@
 //!   multi-threaded dot, which wins once the product pays for waking its
 //!   thread pool.
 //!
-//! The op keeps its operands, result value, location and discardable
-//! attributes, so the module's SSA structure is unchanged.
+//! A `stablehlo.transpose` that only swaps an operand's two matrix
+//! dimensions is folded into the call (the kernel reads the source with
+//! swapped strides), as XLA folds it into its own dot; the transpose stays
+//! for its other users, and XLA drops it when none are left.
+//!
+//! The op keeps its result value, location and discardable attributes.
 
 use crate::dialects::stablehlo_dot_conv::read_dot_dims;
-use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
+use crate::ir::{Attribute, DenseArrayData, FloatKind, NamedAttr, OpId, Type, ValueDef, ValueId};
 use crate::Module;
 use smallvec::SmallVec;
+
+/// Bump whenever the rewrite's output for a given input changes: it is part
+/// of compile-cache keys (see `HostLowering::cache_tag`), so executables
+/// compiled by an older rewrite are not served from a persistent cache.
+pub const REWRITE_VERSION: u32 = 3;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,13 +47,25 @@ pub struct HostGemmPolicy {
 
 impl Default for HostGemmPolicy {
     /// Measured on the xla-cpu-pjrt plugin (2-core VM, README "Host GEMM"):
-    /// the kernel is 3–4× faster than the plugin's dot from 96³ to 128³ and
-    /// even at 256³; from about 320³ the plugin's two-thread dot wins.
+    /// the kernel is 3–4× faster than the plugin's dot from 96³ to 128³,
+    /// and with its row split over the cores it matches or beats the
+    /// plugin's threaded dot up to 512³; beyond that XLA keeps the product.
     fn default() -> Self {
         HostGemmPolicy {
             min_work: 32 * 32 * 32,
-            max_work: 256 * 256 * 256,
+            max_work: 512 * 512 * 512,
             min_side: 8,
+        }
+    }
+}
+
+impl HostGemmPolicy {
+    /// Every eligible product, whatever its size.
+    pub fn all() -> Self {
+        HostGemmPolicy {
+            min_work: 0,
+            max_work: u64::MAX,
+            min_side: 0,
         }
     }
 }
@@ -71,7 +92,7 @@ pub fn target_name(lhs_transposed: bool, rhs_transposed: bool) -> &'static str {
 /// Rewrites every product `policy` admits (see module docs); returns counts.
 pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmReport {
     let mut report = HostGemmReport::default();
-    let mut plan: Vec<(OpId, &'static str)> = Vec::new();
+    let mut plan: Vec<(OpId, Gemm)> = Vec::new();
     for i in 0..m.ops.len() {
         let op = OpId(i as u32);
         let name = m.op_name(op);
@@ -82,8 +103,8 @@ pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmRep
             continue; // not placed in any block (dead arena entry)
         }
         report.products += 1;
-        if let Some(target) = classify(m, op, policy) {
-            plan.push((op, target));
+        if let Some(g) = classify(m, op, policy) {
+            plan.push((op, g));
         }
     }
     if plan.is_empty() {
@@ -97,13 +118,14 @@ pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmRep
         text: "4".into(),
         ty: Some(i32t),
     });
-    for (op, target) in plan {
+    for (op, g) in plan {
         let t = m.add_attr(Attribute::String {
-            escaped: target.into(),
+            escaped: target_name(g.lhs_t, g.rhs_t).into(),
             ty: None,
         });
         let o = m.op_mut(op);
         o.name = cc;
+        o.operands = SmallVec::from_slice(&g.operands);
         o.props = SmallVec::from_slice(&[
             NamedAttr {
                 name: api_name,
@@ -135,8 +157,41 @@ fn tensor_of(m: &Module, v: ValueId) -> Option<(&[i64], FloatKind)> {
     }
 }
 
-/// The target for `op` if the policy admits it.
-fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<&'static str> {
+/// One admitted product: the operands the call takes (a transpose that
+/// only swaps an operand's two matrix dims is folded away) and whether each
+/// is stored transposed.
+struct Gemm {
+    operands: [ValueId; 2],
+    lhs_t: bool,
+    rhs_t: bool,
+}
+
+/// `v`'s source when `v` is a `stablehlo.transpose` swapping its last two
+/// dims and keeping the leading ones in place.
+fn swapped_matrix_source(m: &Module, v: ValueId) -> Option<ValueId> {
+    let ValueDef::OpResult { op, .. } = m.value(v).def else {
+        return None;
+    };
+    if m.op_name(op) != "stablehlo.transpose" || m.op(op).operands.len() != 1 {
+        return None;
+    }
+    let Attribute::DenseArray {
+        data: DenseArrayData::Int(perm),
+        ..
+    } = m.attr(m.op_attr(op, "permutation")?)
+    else {
+        return None;
+    };
+    let r = perm.len();
+    let swap = r >= 2
+        && perm[..r - 2].iter().enumerate().all(|(i, &p)| p == i as i64)
+        && perm[r - 2] == r as i64 - 1
+        && perm[r - 1] == r as i64 - 2;
+    swap.then(|| m.op(op).operands[0])
+}
+
+/// The call for `op` if the policy admits it.
+fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     let o = m.op(op);
     if o.operands.len() != 2 || o.results.len() != 1 || !o.regions.is_empty() {
         return None;
@@ -187,7 +242,26 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<&'static st
     if (mm as u64) < policy.min_side || (n as u64) < policy.min_side || work < policy.min_work || work > policy.max_work {
         return None;
     }
-    Some(target_name(lt, rt))
+    let mut g = Gemm {
+        operands: [o.operands[0], o.operands[1]],
+        lhs_t: lt,
+        rhs_t: rt,
+    };
+    // Reading a transposed operand through strides is free; materialising
+    // the transpose (which XLA would fold into its own dot) is not.
+    if let Some(src) = swapped_matrix_source(m, g.operands[0]) {
+        if tensor_of(m, src).is_some() {
+            g.operands[0] = src;
+            g.lhs_t = !g.lhs_t;
+        }
+    }
+    if let Some(src) = swapped_matrix_source(m, g.operands[1]) {
+        if tensor_of(m, src).is_some() {
+            g.operands[1] = src;
+            g.rhs_t = !g.rhs_t;
+        }
+    }
+    Some(g)
 }
 
 #[cfg(test)]

@@ -19,21 +19,29 @@ pub struct HostLowering {
 
 impl HostLowering {
     /// The default lowering, unless `HLOBRIDGE_HOST_GEMM` turns it off.
+    ///
+    /// `HLOBRIDGE_HOST_GEMM=all` rewrites every eligible product whatever
+    /// its size (for testing the kernels on whole suites).
     pub fn from_env() -> Self {
-        let off = matches!(
-            std::env::var("HLOBRIDGE_HOST_GEMM").as_deref(),
-            Ok("0") | Ok("off") | Ok("false") | Ok("no")
-        );
-        HostLowering {
-            gemm: (!off).then(HostGemmPolicy::default),
-        }
+        let gemm = match std::env::var("HLOBRIDGE_HOST_GEMM").as_deref() {
+            Ok("0") | Ok("off") | Ok("false") | Ok("no") => None,
+            Ok("all") => Some(HostGemmPolicy::all()),
+            _ => Some(HostGemmPolicy::default()),
+        };
+        HostLowering { gemm }
     }
 
     /// A short stable tag of these settings, for compile-cache keys (a
     /// program lowered differently must not share a cache entry).
     pub fn cache_tag(&self) -> String {
         match self.gemm {
-            Some(p) => format!("host_gemm.v1:{}:{}:{}", p.min_work, p.max_work, p.min_side),
+            Some(p) => format!(
+                "host_gemm.v{}:{}:{}:{}",
+                host_gemm::REWRITE_VERSION,
+                p.min_work,
+                p.max_work,
+                p.min_side
+            ),
             None => String::new(),
         }
     }

@@ -13,8 +13,9 @@
 //! Eigen thread pool, and waking pool threads costs more than the product
 //! itself (a 128³ product took 170–300 µs in the plugin, 60 µs here on one
 //! core). The kernel runs single-threaded in whichever thread executes the
-//! program; the rewrite leaves large products, where the pool pays off, to
-//! XLA.
+//! program; only products of at least 2·2²³ multiply-adds split their
+//! result rows over the cores (scoped threads), and the rewrite leaves
+//! products beyond 512³ to XLA.
 
 #![allow(non_upper_case_globals)]
 
@@ -176,15 +177,53 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement>(a: &BufferView<'_>, b: &BufferVi
     }
     let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
+    let threads = threads_for(s);
     for i in 0..s.batch {
-        // SAFETY: each batch entry is a whole matrix inside its buffer.
-        unsafe {
-            T::mul(m, k, n,
-                   (a.data as *const T).add(i * m * k), rsa, csa,
-                   (b.data as *const T).add(i * k * n), rsb, csb,
-                   out.add(i * m * n), n as isize, 1);
+        let pa = (a.data as *const T).wrapping_add(i * m * k);
+        let pb = (b.data as *const T).wrapping_add(i * k * n);
+        let pc = out.wrapping_add(i * m * n);
+        if threads <= 1 {
+            // SAFETY: each batch entry is a whole matrix inside its buffer.
+            unsafe { T::mul(m, k, n, pa, rsa, csa, pb, rsb, csb, pc, n as isize, 1) };
+            continue;
         }
+        // Split the rows of the result: each part reads its rows of A and
+        // all of B, and writes a disjoint block of C.
+        let rows = m.div_ceil(threads);
+        let (pa, pb, pc) = (pa as usize, pb as usize, pc as usize);
+        std::thread::scope(|scope| {
+            let part = move |r0: usize| {
+                let mr = rows.min(m - r0);
+                // SAFETY: rows r0..r0+mr of A (offset by the row stride) and
+                // of C are inside their matrices; the blocks of C written by
+                // different parts do not overlap.
+                unsafe {
+                    T::mul(mr, k, n,
+                           (pa as *const T).offset(r0 as isize * rsa), rsa, csa,
+                           pb as *const T, rsb, csb,
+                           (pc as *mut T).add(r0 * n), n as isize, 1)
+                };
+            };
+            for r0 in (rows..m).step_by(rows) {
+                scope.spawn(move || part(r0));
+            }
+            part(0);
+        });
     }
+}
+
+/// Products of at least this many multiply-adds per part are split over
+/// threads (below it, waking a thread costs more than it saves).
+const SPLIT_WORK: usize = 1 << 23;
+
+/// How many threads to use for each product of `s`.
+fn threads_for(s: GemmShape) -> usize {
+    let work = s.m.saturating_mul(s.n).saturating_mul(s.k);
+    if work < 2 * SPLIT_WORK || s.m < 64 {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(work / SPLIT_WORK).min(s.m / 32).max(1)
 }
 
 #[cfg(test)]

@@ -86,3 +86,34 @@ fn target_names_cover_every_transposition() {
         [(false, false), (true, false), (false, true), (true, true)].map(|(a, b)| target_name(a, b)).into();
     assert_eq!(names.len(), 4);
 }
+
+#[test]
+fn a_transpose_of_the_matrix_dims_is_folded_into_the_call() {
+    // torch_xla's `x @ w.T`: transpose then dot; and a batched transpose.
+    let text = r#"func.func @f(%x: tensor<64x128xf32>, %w: tensor<96x128xf32>, %a: tensor<2x64x32xf32>, %b: tensor<2x48x64xf32>) -> (tensor<64x96xf32>, tensor<2x32x48xf32>, tensor<128x96xf32>) {
+  %0 = stablehlo.transpose %w, dims = [1, 0] : (tensor<96x128xf32>) -> tensor<128x96xf32>
+  %1 = stablehlo.dot_general %x, %0, contracting_dims = [1] x [0] : (tensor<64x128xf32>, tensor<128x96xf32>) -> tensor<64x96xf32>
+  %2 = stablehlo.transpose %a, dims = [0, 2, 1] : (tensor<2x64x32xf32>) -> tensor<2x32x64xf32>
+  %3 = stablehlo.transpose %b, dims = [0, 2, 1] : (tensor<2x48x64xf32>) -> tensor<2x64x48xf32>
+  %4 = stablehlo.dot_general %2, %3, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x32x64xf32>, tensor<2x64x48xf32>) -> tensor<2x32x48xf32>
+  return %1, %4, %0 : tensor<64x96xf32>, tensor<2x32x48xf32>, tensor<128x96xf32>
+}"#;
+    let (out, r) = rewrite(text);
+    assert_eq!(r.rewritten, 2, "{out}");
+    assert!(out.contains("@hlobridge_gemm_nt(%x, %w)"), "{out}");
+    assert!(out.contains("@hlobridge_gemm_tt(%a, %b)"), "{out}");
+    // The transpose still feeds its other user (the third result).
+    assert!(out.contains("stablehlo.transpose %w"), "{out}");
+}
+
+#[test]
+fn a_transpose_that_moves_batch_dims_is_not_folded() {
+    let text = r#"func.func @f(%a: tensor<32x2x64xf32>, %b: tensor<2x64x48xf32>) -> tensor<2x32x48xf32> {
+  %0 = stablehlo.transpose %a, dims = [1, 0, 2] : (tensor<32x2x64xf32>) -> tensor<2x32x64xf32>
+  %1 = stablehlo.dot_general %0, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x32x64xf32>, tensor<2x64x48xf32>) -> tensor<2x32x48xf32>
+  return %1 : tensor<2x32x48xf32>
+}"#;
+    let (out, r) = rewrite(text);
+    assert_eq!(r.rewritten, 1, "{out}");
+    assert!(out.contains("@hlobridge_gemm_nn(%0, %b)"), "{out}");
+}
