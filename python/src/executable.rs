@@ -218,8 +218,18 @@ pub fn compile(
                 stats::HOST_GEMM_CALLS.add(report.rewritten as u64);
                 tracing::debug!(rewritten = report.rewritten, products = report.products, "host GEMM lowering");
             }
-            let program = lowered.as_ref().map_or(text, |(t, _)| t.as_str());
-            let exe = rt.client.compile(&Program::mlir_text(program), &opts)?;
+            let exe = match &lowered {
+                Some((program, _)) => match rt.client.compile(&Program::mlir_text(program), &opts) {
+                    Ok(exe) => exe,
+                    // The lowered text should compile whenever the original
+                    // does; if it ever does not, run the original program.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "host lowering: the lowered program does not compile; compiling the original");
+                        rt.client.compile(&Program::mlir_text(text), &opts)?
+                    }
+                },
+                None => rt.client.compile(&Program::mlir_text(text), &opts)?,
+            };
             let compiled = Compiled {
                 exe,
                 fingerprint: fp,
