@@ -6,6 +6,35 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Compiles and runs a C program that prints `name value` lines (with
+/// `include` on the include path) and returns the values by name.
+fn run_c_program(tag: &str, include: &Path, source: &str) -> HashMap<String, i64> {
+    let dir = std::env::temp_dir().join(format!("hlobridge_{tag}_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, exe) = (dir.join(format!("{tag}.c")), dir.join(tag));
+    std::fs::write(&src, source).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .arg("-std=c11")
+        .arg("-I")
+        .arg(include)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run C compiler");
+    assert!(st.success(), "C compile failed");
+    let out = Command::new(&exe).output().expect("run layout program");
+    assert!(out.status.success());
+    std::fs::remove_dir_all(&dir).ok();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
 fn find_header() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PJRT_C_API_HEADER") {
         return Some(PathBuf::from(p));
@@ -72,30 +101,8 @@ fn rust_layouts_match_pjrt_c_api_header() {
         ));
     }
     c.push_str("  return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("hlobridge_layout_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("layout.c");
-    let exe = dir.join("layout");
-    std::fs::write(&src, c).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .arg("-std=c11")
-        .arg("-I")
-        .arg(header.parent().unwrap())
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run C compiler");
-    assert!(st.success(), "C compile failed");
-    let out = Command::new(&exe).output().expect("run layout program");
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let c_vals: HashMap<&str, i64> = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
+    let c_vals = run_c_program("layout", header.parent().unwrap(), &c);
+    let c_vals: HashMap<&str, i64> = c_vals.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     let mut mismatches = Vec::new();
     let mut checked = 0;
     for l in &layouts {
@@ -124,7 +131,6 @@ fn rust_layouts_match_pjrt_c_api_header() {
             ));
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
     eprintln!(
         "checked {checked} sizes/offsets/enum values over {} structs",
         layouts.len()
@@ -180,28 +186,8 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
         c.push_str(&format!("  printf(\"enum.{name} %d\\n\", (int){name});\n"));
     }
     c.push_str("  return 0;\n}\n");
-    let dir = std::env::temp_dir().join(format!("hlobridge_ffi_layout_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (src, exe) = (dir.join("ffi_layout.c"), dir.join("ffi_layout"));
-    std::fs::write(&src, c).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let st = Command::new(&cc)
-        .arg("-std=c11")
-        .arg("-I")
-        .arg(&include)
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run C compiler");
-    assert!(st.success(), "C compile failed");
-    let out = Command::new(&exe).output().expect("run layout program");
-    let text = String::from_utf8(out.stdout).unwrap();
-    let c_vals: HashMap<&str, i64> = text
-        .lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .map(|(k, v)| (k, v.parse().unwrap()))
-        .collect();
+    let c_vals = run_c_program("ffi_layout", &include, &c);
+    let c_vals: HashMap<&str, i64> = c_vals.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     let mut mismatches = Vec::new();
     for l in &layouts {
         if c_vals[l.name] as usize != l.size {
@@ -220,6 +206,5 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
             mismatches.push(format!("{name}: C {} vs Rust {v}", c_vals[key.as_str()]));
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
     assert!(mismatches.is_empty(), "XLA FFI layout mismatches:\n{}", mismatches.join("\n"));
 }
