@@ -112,3 +112,46 @@ fn a_call_whose_shapes_do_not_multiply_fails_with_a_message() {
     let ok = c.buffer_from_host(&[1.0f32], &[1], None).unwrap();
     assert_eq!(ok.to_host::<f32>().unwrap(), vec![1.0]);
 }
+
+/// bf16 / f16 bit patterns of `x` (round to nearest even; test inputs are finite).
+fn to_half_bits(x: &[f32], bf16: bool) -> Vec<u8> {
+    x.iter()
+        .flat_map(|&v| {
+            let bits = if bf16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() };
+            bits.to_le_bytes()
+        })
+        .collect()
+}
+
+fn from_half_bits(b: &[u8], bf16: bool) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| {
+            let bits = u16::from_le_bytes([c[0], c[1]]);
+            if bf16 { half::bf16::from_bits(bits).to_f32() } else { half::f16::from_bits(bits).to_f32() }
+        })
+        .collect()
+}
+
+#[test]
+fn half_precision_products_match_the_plugin_dot() {
+    let c = client(1);
+    for (ty, bf16) in [("bf16", true), ("f16", false)] {
+        let et = if bf16 { pjrt_client::ElementType::Bf16 } else { pjrt_client::ElementType::F16 };
+        let (text, ad, bd) = module("hlobridge_gemm_nt", false, true, &[2], 24, 40, 16, ty);
+        let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
+        let a: Vec<f32> = random_f32(ad.iter().product(), 21).iter().map(|v| v / 3.0).collect();
+        let b: Vec<f32> = random_f32(bd.iter().product(), 22).iter().map(|v| v / 3.0).collect();
+        let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
+        let bd64: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
+        let ba = c.buffer_from_host_bytes(&to_half_bits(&a, bf16), et, &ad64, None).unwrap();
+        let bb = c.buffer_from_host_bytes(&to_half_bits(&b, bf16), et, &bd64, None).unwrap();
+        let out = exe.execute(&[&ba, &bb]).unwrap();
+        let got = from_half_bits(&out[0].to_host_bytes().unwrap(), bf16);
+        let want = from_half_bits(&out[1].to_host_bytes().unwrap(), bf16);
+        // Both widen to f32 and round once; summation order can move the
+        // rounding by one unit in the last place: 2^-7 (bf16) relative.
+        for (x, y) in got.iter().zip(&want) {
+            assert!((x - y).abs() <= 1e-2 * (1.0 + y.abs()), "{ty}: {x} vs {y}");
+        }
+    }
+}

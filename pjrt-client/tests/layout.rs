@@ -175,6 +175,8 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
         ("XLA_FFI_ExecutionStage_EXECUTE", x::XLA_FFI_ExecutionStage_EXECUTE as i64),
         ("XLA_FFI_DataType_F32", x::XLA_FFI_DataType_F32 as i64),
         ("XLA_FFI_DataType_F64", x::XLA_FFI_DataType_F64 as i64),
+        ("XLA_FFI_DataType_F16", x::XLA_FFI_DataType_F16 as i64),
+        ("XLA_FFI_DataType_BF16", x::XLA_FFI_DataType_BF16 as i64),
         ("XLA_FFI_ArgType_BUFFER", x::XLA_FFI_ArgType_BUFFER as i64),
         ("XLA_FFI_RetType_BUFFER", x::XLA_FFI_RetType_BUFFER as i64),
         ("XLA_FFI_Error_Code_INVALID_ARGUMENT", x::XLA_FFI_Error_Code_INVALID_ARGUMENT as i64),

@@ -5,8 +5,8 @@ and ``bridge/src/lower/host_gemm.rs``).
 Every test checks numerics against torch eager on fresh random inputs
 (seed printed on failure, ``HLOBRIDGE_TEST_SEED`` replays), and that the
 kernels were actually used (the ``host_gemm_calls`` counter). Tolerances:
-float32 products of length K are compared with rtol=1e-4, atol=1e-4·sqrt(K)
-(two different summation orders of K terms of magnitude ~1).
+float32 products of length K ≤ 128 are compared with rtol=1e-4,
+atol=1e-4·sqrt(128) (two different summation orders of K terms of magnitude ~1).
 """
 
 from __future__ import annotations
@@ -48,15 +48,22 @@ def gemm_calls() -> int:
         (jnp.matmul, torch.matmul, [(3, 64, 40), (3, 40, 72)]),
         (lambda a, b: jnp.einsum("bkm,bnk->bmn", a, b),
          lambda a, b: torch.einsum("bkm,bnk->bmn", a, b), [(2, 48, 64), (2, 56, 48)]),
+        # torch Linear on a 3-D activation: [B, S, D] . [D, E]
+        (lambda a, b: a @ b, lambda a, b: a @ b, [(4, 32, 64), (64, 48)]),
+        # its weight gradient: contract over batch and sequence
+        (lambda a, b: jnp.einsum("bsd,bse->de", a, b),
+         lambda a, b: torch.einsum("bsd,bse->de", a, b), [(4, 32, 64), (4, 32, 48)]),
+        (lambda a, b: jnp.einsum("sd,dhk->shk", a, b),
+         lambda a, b: torch.einsum("sd,dhk->shk", a, b), [(96, 64), (64, 6, 8)]),
     ],
-    ids=["nn", "tn", "nt", "tt", "batched", "batched-tt"],
+    ids=["nn", "tn", "nt", "tt", "batched", "batched-tt", "linear-3d", "weight-grad-3d", "two-free-dims"],
 )
 def test_products_match_torch_and_use_the_kernels(fn, tfn, shapes) -> None:
     g = gen()
     a, b = (torch.randn(*s, generator=g) for s in shapes)
     before = gemm_calls()
     got = hb.call_jax(fn, a, b)
-    close(got, tfn(a, b), shapes[0][-1])
+    close(got, tfn(a, b), 128)  # the largest contraction among the cases
     assert gemm_calls() > before, "the product was not compiled as a host GEMM call"
 
 
@@ -127,3 +134,22 @@ def test_the_kernels_can_be_disabled_for_the_process() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip().splitlines()[-1] == "0"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_half_precision_products_match_torch(dtype) -> None:
+    """bf16/f16 products are widened to f32 and rounded once (as XLA:CPU
+    and torch's CPU kernels do); tolerance: two units in the last place of
+    the result type (bf16 2^-7, f16 2^-10, relative) plus summation-order
+    noise of f32 over K=96."""
+    g = gen()
+    a = torch.randn(64, 96, generator=g).to(dtype)
+    b = torch.randn(96, 80, generator=g).to(dtype)
+    before = gemm_calls()
+    got = hb.call_jax(lambda x, y: x @ y, a, b)
+    assert got.dtype == dtype
+    want = (a.float() @ b.float()).to(dtype)
+    ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 * ulp, atol=1e-3,
+                               msg=lambda m: f"seed {SEED}: {m}")
+    assert gemm_calls() > before

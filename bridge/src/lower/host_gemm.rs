@@ -5,11 +5,17 @@
 //! every `stablehlo.dot_general` / `stablehlo.dot` that such a kernel can run
 //! into `stablehlo.custom_call @hlobridge_gemm_xy(%lhs, %rhs) {api_version = 4}`:
 //!
-//! - f32 or f64 operands and result of one element type, static shapes;
-//! - leading batch dimensions `[0, nb)` on both sides (in order), then
-//!   exactly one free and one contracting dimension per operand; the letter
-//!   `t` marks an operand whose contracting dimension comes first (the left
-//!   one) or last (the right one), i.e. one stored transposed;
+//! - f32, f64, bf16 or f16 operands and result of one element type, static
+//!   shapes (bf16 and f16 are widened to f32 and the result rounded once,
+//!   as XLA:CPU computes them);
+//! - leading batch dimensions `[0, nb)` on both sides (in order); after
+//!   them, each operand's contracting dims form one run of consecutive dims
+//!   and its free dims the other, so that row-major storage makes it a
+//!   matrix (`[B..., S, D] · [D, E]`, a torch `Linear` on a 3-D input, is
+//!   `[B·S, D] · [D, E]`; grouped dims are merged with `stablehlo.reshape`,
+//!   a bitcast for XLA). The letter `t` marks an operand whose contracting
+//!   dims come first (the left one) or last (the right one), i.e. one
+//!   stored transposed;
 //! - no `algorithm` attribute (precision settings are met: the kernel
 //!   computes in the operands' full precision);
 //! - work `batch·m·n·k` inside [`HostGemmPolicy`]'s bounds: tiny and
@@ -22,7 +28,8 @@
 //! swapped strides), as XLA folds it into its own dot; the transpose stays
 //! for its other users, and XLA drops it when none are left.
 //!
-//! The op keeps its result value, location and discardable attributes.
+//! The op keeps its location and discardable attributes, and its result
+//! value (directly, or through the reshape after the call).
 
 use crate::dialects::stablehlo_dot_conv::read_dot_dims;
 use crate::ir::{Attribute, DenseArrayData, FloatKind, NamedAttr, OpId, Type, ValueDef, ValueId};
@@ -32,7 +39,7 @@ use smallvec::SmallVec;
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`), so executables
 /// compiled by an older rewrite are not served from a persistent cache.
-pub const REWRITE_VERSION: u32 = 3;
+pub const REWRITE_VERSION: u32 = 5;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,32 +117,19 @@ pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmRep
     if plan.is_empty() {
         return report;
     }
-    let cc = m.sym("stablehlo.custom_call");
-    let api_name = m.sym("api_version");
-    let target_sym = m.sym("call_target_name");
     let i32t = m.int_type(32);
-    let api_value = m.add_attr(Attribute::Integer {
-        text: "4".into(),
-        ty: Some(i32t),
-    });
+    let names = CallNames {
+        custom_call: m.sym("stablehlo.custom_call"),
+        reshape: m.sym("stablehlo.reshape"),
+        api_version: m.sym("api_version"),
+        call_target_name: m.sym("call_target_name"),
+        api_value: m.add_attr(Attribute::Integer {
+            text: "4".into(),
+            ty: Some(i32t),
+        }),
+    };
     for (op, g) in plan {
-        let t = m.add_attr(Attribute::String {
-            escaped: target_name(g.lhs_t, g.rhs_t).into(),
-            ty: None,
-        });
-        let o = m.op_mut(op);
-        o.name = cc;
-        o.operands = SmallVec::from_slice(&g.operands);
-        o.props = SmallVec::from_slice(&[
-            NamedAttr {
-                name: api_name,
-                value: api_value,
-            },
-            NamedAttr {
-                name: target_sym,
-                value: t,
-            },
-        ]);
+        apply(m, op, g, &names);
         report.rewritten += 1;
     }
     tracing::debug!(?report, "host GEMM rewrite");
@@ -150,20 +144,29 @@ fn tensor_of(m: &Module, v: ValueId) -> Option<(&[i64], FloatKind)> {
             elem,
             encoding: None,
         } if dims.iter().all(|&d| d >= 0) => match m.ty(*elem) {
-            Type::Float(k @ (FloatKind::F32 | FloatKind::F64)) => Some((dims.as_slice(), *k)),
+            Type::Float(k @ (FloatKind::F32 | FloatKind::F64 | FloatKind::BF16 | FloatKind::F16)) => {
+                Some((dims.as_slice(), *k))
+            }
             _ => None,
         },
         _ => None,
     }
 }
 
-/// One admitted product: the operands the call takes (a transpose that
-/// only swaps an operand's two matrix dims is folded away) and whether each
-/// is stored transposed.
+/// One admitted product, as a batch of row-major matrix products: the
+/// operands the call takes, whether each is stored transposed, and the
+/// matrix shapes each side must be reshaped to (when its free or
+/// contracting dims are groups of several dims, which row-major storage
+/// lets us merge for free).
 struct Gemm {
     operands: [ValueId; 2],
     lhs_t: bool,
     rhs_t: bool,
+    /// `[B..., rows, cols]` of each operand, when it is not already that.
+    reshape: [Option<Vec<i64>>; 2],
+    /// `[B..., M, N]`, when the result has more than one free dim per side.
+    result: Option<Vec<i64>>,
+    elem: crate::ir::TypeId,
 }
 
 /// `v`'s source when `v` is a `stablehlo.transpose` swapping its last two
@@ -190,6 +193,29 @@ fn swapped_matrix_source(m: &Module, v: ValueId) -> Option<ValueId> {
     swap.then(|| m.op(op).operands[0])
 }
 
+/// One operand's non-batch dims as a matrix: its free dims and its
+/// contracting dims must each be a run of consecutive dims (in order), so
+/// that row-major storage is a `[free, contracting]` or (transposed)
+/// `[contracting, free]` matrix. Returns `(free size, transposed)`.
+fn as_matrix(dims: &[i64], nb: usize, contracting: &[i64]) -> Option<(i64, bool)> {
+    let r = dims.len();
+    let c: Vec<usize> = contracting.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
+    if c.is_empty() || c.iter().any(|&d| d < nb || d >= r) || c.windows(2).any(|w| w[1] != w[0] + 1) {
+        return None;
+    }
+    let (c0, c1) = (c[0], c[c.len() - 1] + 1);
+    // Free dims are what is left of nb..r: all before or all after the run.
+    let transposed = if c1 == r {
+        false
+    } else if c0 == nb {
+        true
+    } else {
+        return None;
+    };
+    let free: i64 = (nb..r).filter(|d| !c.contains(d)).map(|d| dims[d]).product();
+    Some((free, transposed))
+}
+
 /// The call for `op` if the policy admits it.
 fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     let o = m.op(op);
@@ -205,36 +231,39 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     if lk != rk || lk != ok {
         return None;
     }
-    let r = ld.len();
-    if r < 2 || rd.len() != r || od.len() != r {
-        return None;
-    }
-    let nb = r - 2;
-    let (lc, rc) = if m.op_name(op) == "stablehlo.dot" {
-        if r != 2 {
+    let (lb, rb, lc, rc) = if m.op_name(op) == "stablehlo.dot" {
+        if ld.len() != 2 || rd.len() != 2 {
             return None;
         }
-        (1, 0)
+        (vec![], vec![], vec![1], vec![0])
     } else {
         let attr = m.op_attr(op, "dot_dimension_numbers")?;
         let Attribute::Opaque(text) = m.attr(attr) else {
             return None;
         };
-        let [lb, rb, lcs, rcs] = read_dot_dims(text)?;
-        let batch: Vec<i64> = (0..nb as i64).collect();
-        if lb != batch || rb != batch || lcs.len() != 1 || rcs.len() != 1 {
-            return None;
-        }
-        (lcs[0] as usize, rcs[0] as usize)
+        let [lb, rb, lc, rc] = read_dot_dims(text)?;
+        (lb, rb, lc, rc)
     };
-    if !(nb..nb + 2).contains(&lc) || !(nb..nb + 2).contains(&rc) {
+    let nb = lb.len();
+    let batch: Vec<i64> = (0..nb as i64).collect();
+    if lb != batch || rb != batch || lc.len() != rc.len() || ld.len() < nb + 2 || rd.len() < nb + 2 {
         return None;
     }
-    let lt = lc == nb; // contracting dim first: stored [K, M]
-    let rt = rc == nb + 1; // contracting dim last: stored [N, K]
-    let (mm, k) = if lt { (ld[nb + 1], ld[nb]) } else { (ld[nb], ld[nb + 1]) };
-    let (k2, n) = if rt { (rd[nb + 1], rd[nb]) } else { (rd[nb], rd[nb + 1]) };
-    if k != k2 || ld[..nb] != rd[..nb] || od[..nb] != ld[..nb] || od[nb] != mm || od[nb + 1] != n {
+    if ld[..nb] != rd[..nb] || od.len() < nb || od[..nb] != ld[..nb] {
+        return None;
+    }
+    // Contracting dims pair up in order and agree in size.
+    if lc.iter().zip(&rc).any(|(&a, &b)| ld.get(a as usize) != rd.get(b as usize)) {
+        return None;
+    }
+    let (mm, lt) = as_matrix(ld, nb, &lc)?;
+    let (n, rt_plain) = as_matrix(rd, nb, &rc)?;
+    // The right operand is "not transposed" when stored [K, N]: contracting first.
+    let rt = !rt_plain;
+    let k: i64 = lc.iter().map(|&d| ld[d as usize]).product();
+    // The result is [batch, lhs free dims, rhs free dims], row-major [B, M, N].
+    let out_free: i64 = od[nb..].iter().product();
+    if out_free != mm * n {
         return None;
     }
     let mut dims = ld[..nb].iter().map(|&d| d as u64).chain([mm as u64, n as u64, k as u64]);
@@ -242,26 +271,93 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     if (mm as u64) < policy.min_side || (n as u64) < policy.min_side || work < policy.min_work || work > policy.max_work {
         return None;
     }
+    let matrix = |b: &[i64], x: i64, y: i64| -> Vec<i64> { b.iter().copied().chain([x, y]).collect() };
+    let lshape = if lt { matrix(&ld[..nb], k, mm) } else { matrix(&ld[..nb], mm, k) };
+    let rshape = if rt { matrix(&ld[..nb], n, k) } else { matrix(&ld[..nb], k, n) };
+    let oshape = matrix(&ld[..nb], mm, n);
     let mut g = Gemm {
         operands: [o.operands[0], o.operands[1]],
         lhs_t: lt,
         rhs_t: rt,
+        reshape: [(lshape[..] != *ld).then_some(lshape), (rshape[..] != *rd).then_some(rshape)],
+        result: (oshape[..] != *od).then_some(oshape),
+        elem: match m.ty(m.value_type(o.operands[0])) {
+            Type::Tensor { elem, .. } => *elem,
+            _ => return None,
+        },
     };
     // Reading a transposed operand through strides is free; materialising
     // the transpose (which XLA would fold into its own dot) is not.
-    if let Some(src) = swapped_matrix_source(m, g.operands[0]) {
-        if tensor_of(m, src).is_some() {
-            g.operands[0] = src;
-            g.lhs_t = !g.lhs_t;
+    for (i, flag) in [(0, &mut g.lhs_t), (1, &mut g.rhs_t)] {
+        if g.reshape[i].is_some() {
+            continue;
         }
-    }
-    if let Some(src) = swapped_matrix_source(m, g.operands[1]) {
-        if tensor_of(m, src).is_some() {
-            g.operands[1] = src;
-            g.rhs_t = !g.rhs_t;
+        if let Some(src) = swapped_matrix_source(m, g.operands[i]) {
+            if tensor_of(m, src).is_some() {
+                g.operands[i] = src;
+                *flag = !*flag;
+            }
         }
     }
     Some(g)
+}
+
+/// Rewrites `op` into the host GEMM call `g`, with reshapes around it
+/// where an operand or the result has grouped dims.
+fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
+    let block = m.op(op).parent.expect("classified ops are placed");
+    let loc = m.op(op).loc;
+    let mut pos = m.blocks[block.index()].ops.iter().position(|&x| x == op).expect("op in its block");
+    let mut operands = g.operands;
+    for (i, shape) in g.reshape.iter().enumerate() {
+        if let Some(shape) = shape {
+            let ty = m.intern_type(Type::Tensor { dims: shape.iter().copied().collect(), elem: g.elem, encoding: None });
+            let r = m.add_op(names.reshape);
+            m.op_mut(r).operands.push(operands[i]);
+            m.op_mut(r).loc = loc;
+            operands[i] = m.add_result(r, ty, None);
+            m.blocks[block.index()].ops.insert(pos, r);
+            m.op_mut(r).parent = Some(block);
+            pos += 1;
+        }
+    }
+    let t = m.add_attr(Attribute::String {
+        escaped: target_name(g.lhs_t, g.rhs_t).into(),
+        ty: None,
+    });
+    {
+        let o = m.op_mut(op);
+        o.name = names.custom_call;
+        o.operands = SmallVec::from_slice(&operands);
+        o.props = SmallVec::from_slice(&[
+            NamedAttr { name: names.api_version, value: names.api_value },
+            NamedAttr { name: names.call_target_name, value: t },
+        ]);
+    }
+    if let Some(shape) = g.result {
+        // The call yields [B, M, N]; a reshape after it takes over the
+        // original result value, so every user stays as it was.
+        let orig = m.op(op).results[0];
+        let ty = m.intern_type(Type::Tensor { dims: shape.iter().copied().collect(), elem: g.elem, encoding: None });
+        let flat = m.add_value(ty, ValueDef::OpResult { op, index: 0 }, None);
+        m.op_mut(op).results = SmallVec::from_slice(&[flat]);
+        let r = m.add_op(names.reshape);
+        m.op_mut(r).operands.push(flat);
+        m.op_mut(r).results.push(orig);
+        m.op_mut(r).loc = loc;
+        m.values[orig.index()].def = ValueDef::OpResult { op: r, index: 0 };
+        m.blocks[block.index()].ops.insert(pos + 1, r);
+        m.op_mut(r).parent = Some(block);
+    }
+}
+
+/// Interned names and attributes shared by every rewritten op.
+struct CallNames {
+    custom_call: crate::intern::Sym,
+    reshape: crate::intern::Sym,
+    api_version: crate::intern::Sym,
+    call_target_name: crate::intern::Sym,
+    api_value: crate::ir::AttrId,
 }
 
 #[cfg(test)]

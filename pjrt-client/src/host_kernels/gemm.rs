@@ -1,4 +1,5 @@
-//! `hlobridge_gemm_{n,t}{n,t}`: a host matrix multiply for f32 and f64 that
+//! `hlobridge_gemm_{n,t}{n,t}`: a host matrix multiply for f32, f64, bf16 and
+//! f16 (the last two widened to f32, as XLA:CPU does) that
 //! XLA:CPU runs as a typed FFI custom call.
 //!
 //! The bridge's `host_gemm` rewrite turns a `stablehlo.dot_general` with
@@ -126,7 +127,17 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
             unsafe { gemm_typed::<f64>(&a, &b, &c, s, ta, tb) };
             Ok(())
         }
-        other => Err(format!("hlobridge_gemm supports f32 and f64, got XLA_FFI_DataType {other}")),
+        XLA_FFI_DataType_BF16 => {
+            // SAFETY: as above.
+            unsafe { gemm_widened::<half::bf16>(&a, &b, &c, s, ta, tb) };
+            Ok(())
+        }
+        XLA_FFI_DataType_F16 => {
+            // SAFETY: as above.
+            unsafe { gemm_widened::<half::f16>(&a, &b, &c, s, ta, tb) };
+            Ok(())
+        }
+        other => Err(format!("hlobridge_gemm supports f32, f64, bf16 and f16, got XLA_FFI_DataType {other}")),
     }
 }
 
@@ -209,6 +220,66 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement>(a: &BufferView<'_>, b: &BufferVi
             }
             part(0);
         });
+    }
+}
+
+/// A 16-bit float type that is multiplied in f32.
+pub trait Widened: Copy + Default {
+    /// Converts to f32 in bulk.
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// Converts from f32 in bulk, rounding to nearest even.
+    fn narrow(src: &[f32], dst: &mut [Self]);
+}
+
+impl Widened for half::bf16 {
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst)
+    }
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src)
+    }
+}
+
+impl Widened for half::f16 {
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst)
+    }
+    fn narrow(src: &[f32], dst: &mut [Self]) {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src)
+    }
+}
+
+/// bf16/f16 products the way XLA:CPU computes them: operands widened to
+/// f32, an f32 product with f32 accumulation, the result rounded once.
+///
+/// # Safety
+/// As for [`gemm_typed`].
+pub(crate) unsafe fn gemm_widened<T: Widened>(a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>,
+                                               s: GemmShape, ta: bool, tb: bool) {
+    let (na, nb, nc) = (s.batch * s.m * s.k, s.batch * s.k * s.n, s.batch * s.m * s.n);
+    let mut wa = vec![0f32; na];
+    let mut wb = vec![0f32; nb];
+    let mut wc = vec![0f32; nc];
+    // SAFETY: the buffers hold exactly these element counts (checked dims).
+    unsafe {
+        if na > 0 {
+            T::widen(std::slice::from_raw_parts(a.data as *const T, na), &mut wa);
+        }
+        if nb > 0 {
+            T::widen(std::slice::from_raw_parts(b.data as *const T, nb), &mut wb);
+        }
+    }
+    let view = |v: &mut Vec<f32>, dims| BufferView { dtype: XLA_FFI_DataType_F32, data: v.as_mut_ptr().cast(), dims };
+    let (va, vb, vc) = (view(&mut wa, a.dims), view(&mut wb, b.dims), view(&mut wc, c.dims));
+    // SAFETY: the widened copies have the operands' dims.
+    unsafe { gemm_typed::<f32>(&va, &vb, &vc, s, ta, tb) };
+    if nc > 0 {
+        // SAFETY: the result holds `nc` elements.
+        T::narrow(&wc, unsafe { std::slice::from_raw_parts_mut(c.data as *mut T, nc) });
     }
 }
 

@@ -25,6 +25,8 @@ pub const XLA_FFI_ExecutionStage_EXECUTE: XLA_FFI_ExecutionStage = 3;
 pub type XLA_FFI_DataType = c_int;
 pub const XLA_FFI_DataType_F32: XLA_FFI_DataType = 11;
 pub const XLA_FFI_DataType_F64: XLA_FFI_DataType = 12;
+pub const XLA_FFI_DataType_F16: XLA_FFI_DataType = 10;
+pub const XLA_FFI_DataType_BF16: XLA_FFI_DataType = 16;
 
 pub type XLA_FFI_ArgType = c_int;
 pub const XLA_FFI_ArgType_BUFFER: XLA_FFI_ArgType = 1;

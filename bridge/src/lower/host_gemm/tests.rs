@@ -40,12 +40,18 @@ fn products_outside_the_policy_stay() {
         "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>",
         // large: XLA's threaded dot wins
         "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>",
-        // bf16: no kernel
-        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xbf16>, tensor<64x64xbf16>) -> tensor<64x64xbf16>",
+        // f8: no kernel
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xf8E4M3FN>, tensor<64x64xf8E4M3FN>) -> tensor<64x64xf8E4M3FN>",
+        // bf16 operands, f32 result: mixed
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xbf16>, tensor<64x64xbf16>) -> tensor<64x64xf32>",
         // mixed precision result
         "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf64>",
-        // two contracting dims
-        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1, 2] x [0, 1] : (tensor<64x8x8xf32>, tensor<8x8x64xf32>) -> tensor<64x64xf32>",
+        // contracting dims not consecutive
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [0, 2] x [0, 1] : (tensor<8x64x8xf32>, tensor<8x8x64xf32>) -> tensor<64x64xf32>",
+        // free dims on both sides of the contracting dim
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<8x64x8xf32>, tensor<64x64xf32>) -> tensor<8x8x64xf32>",
+        // contracting dims paired out of order
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1, 2] x [1, 0] : (tensor<64x8x8xf32>, tensor<8x8x64xf32>) -> tensor<64x64xf32>",
         // batch dims not leading
         "%0 = stablehlo.dot_general %a, %b, batching_dims = [2] x [0], contracting_dims = [1] x [1] : (tensor<64x64x4xf32>, tensor<4x64x64xf32>) -> tensor<4x64x64xf32>",
         // dynamic
@@ -116,4 +122,26 @@ fn a_transpose_that_moves_batch_dims_is_not_folded() {
     let (out, r) = rewrite(text);
     assert_eq!(r.rewritten, 1, "{out}");
     assert!(out.contains("@hlobridge_gemm_nn(%0, %b)"), "{out}");
+}
+
+#[test]
+fn grouped_dims_are_merged_with_reshapes() {
+    // A torch Linear on a 3-D activation, its weight gradient (two
+    // contracting dims), and a product with two free dims on the right.
+    let text = r#"func.func @f(%x: tensor<4x32x64xf32>, %w: tensor<64x48xf32>, %g: tensor<4x32x48xf32>, %v: tensor<64x6x8xf32>) -> (tensor<4x32x48xf32>, tensor<64x48xf32>, tensor<4x32x6x8xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [2] x [0] : (tensor<4x32x64xf32>, tensor<64x48xf32>) -> tensor<4x32x48xf32>
+  %1 = stablehlo.dot_general %x, %g, contracting_dims = [0, 1] x [0, 1] : (tensor<4x32x64xf32>, tensor<4x32x48xf32>) -> tensor<64x48xf32>
+  %2 = stablehlo.dot_general %x, %v, contracting_dims = [2] x [0] : (tensor<4x32x64xf32>, tensor<64x6x8xf32>) -> tensor<4x32x6x8xf32>
+  %3 = stablehlo.add %0, %g : tensor<4x32x48xf32>
+  return %3, %1, %2 : tensor<4x32x48xf32>, tensor<64x48xf32>, tensor<4x32x6x8xf32>
+}"#;
+    let (out, r) = rewrite(text);
+    assert_eq!(r.rewritten, 3, "{out}");
+    assert!(!out.contains("dot_general"), "{out}");
+    assert!(out.contains("stablehlo.reshape %x : (tensor<4x32x64xf32>) -> tensor<128x64xf32>"), "{out}");
+    assert!(out.contains("@hlobridge_gemm_tn("), "{out}");
+    // The original results keep their users through a reshape back.
+    assert!(out.contains("-> tensor<4x32x48xf32>"), "{out}");
+    assert!(out.contains("-> tensor<4x32x6x8xf32>"), "{out}");
+    insta::assert_snapshot!(out);
 }
