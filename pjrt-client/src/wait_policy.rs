@@ -51,10 +51,14 @@ pub fn poll_until<E>(
         if start.elapsed() >= budget {
             return Ok(false);
         }
-        // Give the core to the worker that runs the program: on a machine
-        // with fewer cores than runnable threads a pure spin would delay
-        // the very completion it waits for.
-        std::thread::yield_now();
+        // Run part of a host kernel the program is executing, if it posted
+        // one (see `host_kernels::donation`); otherwise give the core to the
+        // worker that runs the program: on a machine with fewer cores than
+        // runnable threads a pure spin would delay the very completion it
+        // waits for.
+        if !crate::host_kernels::donation::help() {
+            std::thread::yield_now();
+        }
     }
 }
 

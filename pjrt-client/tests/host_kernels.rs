@@ -155,3 +155,32 @@ fn half_precision_products_match_the_plugin_dot() {
         }
     }
 }
+
+/// Several threads run GEMM programs at once: products are posted for
+/// donation, waiting callers help with whichever job is on the board (not
+/// necessarily their own), and every result must still equal the plugin's
+/// dot in the same program.
+#[test]
+fn concurrent_programs_with_work_donation_stay_exact() {
+    let c = client(1);
+    let (text, ad, bd) = module("hlobridge_gemm_nn", false, false, &[], 128, 96, 112, "f32");
+    let exe = std::sync::Arc::new(c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap());
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (c, exe, ad, bd) = (c.clone(), exe.clone(), ad.clone(), bd.clone());
+            std::thread::spawn(move || {
+                let a = random_f32(ad.iter().product(), 100 + t);
+                let b = random_f32(bd.iter().product(), 200 + t);
+                let ba = c.buffer_from_host(&a, &[ad[0] as i64, ad[1] as i64], None).unwrap();
+                let bb = c.buffer_from_host(&b, &[bd[0] as i64, bd[1] as i64], None).unwrap();
+                for _ in 0..40 {
+                    let out = exe.execute(&[&ba, &bb]).unwrap();
+                    assert_close(&out[0].to_host::<f32>().unwrap(), &out[1].to_host::<f32>().unwrap(), 2e-3);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -142,7 +142,7 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
 }
 
 /// An element type with a `matrixmultiply` kernel.
-pub trait GemmElement: Copy + Default {
+pub trait GemmElement: Copy + Default + Send + Sync {
     /// `C = A·B` with arbitrary strides (in elements).
     ///
     /// # Safety
@@ -174,7 +174,7 @@ impl GemmElement for f64 {
 /// # Safety
 /// `a`, `b`, `c` must be row-major buffers of the dims `s` was derived from,
 /// and `c` must not overlap `a` or `b`.
-pub(crate) unsafe fn gemm_typed<T: GemmElement>(a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>,
+pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>,
                                                 s: GemmShape, ta: bool, tb: bool) {
     let (m, n, k) = (s.m, s.n, s.k);
     let out = c.data as *mut T;
@@ -189,6 +189,28 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement>(a: &BufferView<'_>, b: &BufferVi
     let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
     let threads = threads_for(s);
+    let work = s.batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+    if threads <= 1 && work >= DONATE_WORK && donation_enabled() {
+        // Chunks of rows (of every batch entry) that a waiting caller can
+        // take over (see `donation`).
+        let parts = m.div_ceil(DONATE_ROWS.max(m.div_ceil(DONATE_PARTS)));
+        let rows = m.div_ceil(parts);
+        let (pa, pb, pc) = (a.data as usize, b.data as usize, out as usize);
+        super::donation::run_shared(s.batch * parts, move |chunk| {
+            let (i, p) = (chunk / parts, chunk % parts);
+            let r0 = p * rows;
+            let mr = rows.min(m - r0);
+            // SAFETY: rows r0..r0+mr of batch entry i lie inside A and C;
+            // chunks write disjoint blocks of C; the poster waits for all.
+            unsafe {
+                T::mul(mr, k, n,
+                       (pa as *const T).add(i * m * k).offset(r0 as isize * rsa), rsa, csa,
+                       (pb as *const T).add(i * k * n), rsb, csb,
+                       (pc as *mut T).add(i * m * n + r0 * n), n as isize, 1)
+            };
+        });
+        return;
+    }
     for i in 0..s.batch {
         let pa = (a.data as *const T).wrapping_add(i * m * k);
         let pb = (b.data as *const T).wrapping_add(i * k * n);
@@ -281,6 +303,20 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(a: &BufferView<'_>, b: &BufferView
         // SAFETY: the result holds `nc` elements.
         T::narrow(&wc, unsafe { std::slice::from_raw_parts_mut(c.data as *mut T, nc) });
     }
+}
+
+/// Products (all batch entries together) of at least this many
+/// multiply-adds are posted for waiting callers to help with.
+const DONATE_WORK: usize = 1 << 19;
+/// Row chunks per product when donating.
+const DONATE_PARTS: usize = 2;
+/// Fewest rows in a donated chunk.
+const DONATE_ROWS: usize = 16;
+
+/// `HLOBRIDGE_GEMM_DONATE=0` keeps every product on the executing thread.
+fn donation_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(), Ok("0") | Ok("off") | Ok("false")))
 }
 
 /// Products of at least this many multiply-adds per part are split over

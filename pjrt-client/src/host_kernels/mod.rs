@@ -10,8 +10,9 @@
 //! `HLOBRIDGE_HOST_KERNELS=0` turns registration off (and with it the
 //! rewrite, since [`HostKernels::gemm`] is then false).
 
-pub mod gemm;
+pub mod donation;
 mod frame;
+pub mod gemm;
 pub mod xla_ffi;
 
 use crate::api::Api;
