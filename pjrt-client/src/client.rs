@@ -248,7 +248,10 @@ impl Client {
         } else {
             crate::HostKernels {
                 gemm: false,
-                reason: Some(format!("no host kernels for platform {:?}", inner.platform_name)),
+                reason: Some(format!(
+                    "no host kernels for platform {:?}",
+                    inner.platform_name
+                )),
             }
         };
         tracing::info!(platform = %inner.platform_name, devices = inner.addressable.len(), "created PJRT client");

@@ -55,5 +55,5 @@ pub use event::Event;
 pub use executable::{ArrayInfo, Executable, LoadedExecutable};
 pub use execute::{Donation, ExecuteOptions};
 pub use hlo::{FusionInfo, OptimizedHlo};
-pub use host_kernels::HostKernels;
 pub use hlobridge_proto as proto;
+pub use host_kernels::HostKernels;

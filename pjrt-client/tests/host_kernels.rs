@@ -19,7 +19,16 @@ fn dims_text(d: &[usize], t: &str) -> String {
 
 /// `out = lhs · rhs` through the custom call, and the same product through
 /// `stablehlo.dot_general`, as two results of one program.
-fn module(target: &str, ta: bool, tb: bool, batch: &[usize], m: usize, k: usize, n: usize, ty: &str) -> (String, Vec<usize>, Vec<usize>) {
+fn module(
+    target: &str,
+    ta: bool,
+    tb: bool,
+    batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    ty: &str,
+) -> (String, Vec<usize>, Vec<usize>) {
     let mut a: Vec<usize> = batch.to_vec();
     a.extend(if ta { [k, m] } else { [m, k] });
     let mut b: Vec<usize> = batch.to_vec();
@@ -54,13 +63,19 @@ fn cpu_client_registers_the_gemm_kernels() {
 #[test]
 fn gemm_matches_the_plugin_dot_for_every_transposition_f32() {
     let c = client(1);
-    let targets = [("hlobridge_gemm_nn", false, false), ("hlobridge_gemm_tn", true, false),
-                   ("hlobridge_gemm_nt", false, true), ("hlobridge_gemm_tt", true, true)];
+    let targets = [
+        ("hlobridge_gemm_nn", false, false),
+        ("hlobridge_gemm_tn", true, false),
+        ("hlobridge_gemm_nt", false, true),
+        ("hlobridge_gemm_tt", true, true),
+    ];
     for (seed, &(t, ta, tb)) in targets.iter().enumerate() {
         for batch in [&[][..], &[3][..], &[2, 2][..]] {
             let (m, k, n) = (33, 17, 29);
             let (text, ad, bd) = module(t, ta, tb, batch, m, k, n, "f32");
-            let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
+            let exe = c
+                .compile(&Program::mlir_text(&text), &CompileOptions::default())
+                .unwrap();
             let a = random_f32(ad.iter().product(), seed as u64 * 7 + 1);
             let b = random_f32(bd.iter().product(), seed as u64 * 7 + 2);
             let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
@@ -82,15 +97,29 @@ fn gemm_matches_the_plugin_dot_for_every_transposition_f32() {
 fn gemm_f64_is_exact_to_rounding() {
     let c = client(1);
     let (text, ad, bd) = module("hlobridge_gemm_tn", true, false, &[2], 40, 50, 30, "f64");
-    let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
-    let a: Vec<f64> = random_f32(ad.iter().product(), 11).into_iter().map(f64::from).collect();
-    let b: Vec<f64> = random_f32(bd.iter().product(), 12).into_iter().map(f64::from).collect();
+    let exe = c
+        .compile(&Program::mlir_text(&text), &CompileOptions::default())
+        .unwrap();
+    let a: Vec<f64> = random_f32(ad.iter().product(), 11)
+        .into_iter()
+        .map(f64::from)
+        .collect();
+    let b: Vec<f64> = random_f32(bd.iter().product(), 12)
+        .into_iter()
+        .map(f64::from)
+        .collect();
     let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
     let bd64: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
     let out = exe
-        .execute(&[&c.buffer_from_host(&a, &ad64, None).unwrap(), &c.buffer_from_host(&b, &bd64, None).unwrap()])
+        .execute(&[
+            &c.buffer_from_host(&a, &ad64, None).unwrap(),
+            &c.buffer_from_host(&b, &bd64, None).unwrap(),
+        ])
         .unwrap();
-    let (got, want) = (out[0].to_host::<f64>().unwrap(), out[1].to_host::<f64>().unwrap());
+    let (got, want) = (
+        out[0].to_host::<f64>().unwrap(),
+        out[1].to_host::<f64>().unwrap(),
+    );
     for (x, y) in got.iter().zip(&want) {
         assert!((x - y).abs() <= 1e-10 * (1.0 + y.abs()), "{x} vs {y}");
     }
@@ -103,10 +132,19 @@ fn a_call_whose_shapes_do_not_multiply_fails_with_a_message() {
     let text = "func.func public @main(%a: tensor<4x3xf32>, %b: tensor<3x5xf32>) -> tensor<4x6xf32> {\n  \
         %0 = stablehlo.custom_call @hlobridge_gemm_nn(%a, %b) {api_version = 4 : i32} : (tensor<4x3xf32>, tensor<3x5xf32>) -> tensor<4x6xf32>\n  \
         return %0 : tensor<4x6xf32>\n}";
-    let exe = c.compile(&Program::mlir_text(text), &CompileOptions::default()).unwrap();
-    let a = c.buffer_from_host(&random_f32(12, 1), &[4, 3], None).unwrap();
-    let b = c.buffer_from_host(&random_f32(15, 2), &[3, 5], None).unwrap();
-    let err = exe.execute(&[&a, &b]).and_then(|o| o[0].to_host::<f32>()).unwrap_err();
+    let exe = c
+        .compile(&Program::mlir_text(text), &CompileOptions::default())
+        .unwrap();
+    let a = c
+        .buffer_from_host(&random_f32(12, 1), &[4, 3], None)
+        .unwrap();
+    let b = c
+        .buffer_from_host(&random_f32(15, 2), &[3, 5], None)
+        .unwrap();
+    let err = exe
+        .execute(&[&a, &b])
+        .and_then(|o| o[0].to_host::<f32>())
+        .unwrap_err();
     assert!(err.to_string().contains("do not multiply"), "{err}");
     // The process and the client keep working.
     let ok = c.buffer_from_host(&[1.0f32], &[1], None).unwrap();
@@ -117,7 +155,11 @@ fn a_call_whose_shapes_do_not_multiply_fails_with_a_message() {
 fn to_half_bits(x: &[f32], bf16: bool) -> Vec<u8> {
     x.iter()
         .flat_map(|&v| {
-            let bits = if bf16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() };
+            let bits = if bf16 {
+                half::bf16::from_f32(v).to_bits()
+            } else {
+                half::f16::from_f32(v).to_bits()
+            };
             bits.to_le_bytes()
         })
         .collect()
@@ -127,7 +169,11 @@ fn from_half_bits(b: &[u8], bf16: bool) -> Vec<f32> {
     b.chunks_exact(2)
         .map(|c| {
             let bits = u16::from_le_bytes([c[0], c[1]]);
-            if bf16 { half::bf16::from_bits(bits).to_f32() } else { half::f16::from_bits(bits).to_f32() }
+            if bf16 {
+                half::bf16::from_bits(bits).to_f32()
+            } else {
+                half::f16::from_bits(bits).to_f32()
+            }
         })
         .collect()
 }
@@ -136,15 +182,31 @@ fn from_half_bits(b: &[u8], bf16: bool) -> Vec<f32> {
 fn half_precision_products_match_the_plugin_dot() {
     let c = client(1);
     for (ty, bf16) in [("bf16", true), ("f16", false)] {
-        let et = if bf16 { pjrt_client::ElementType::Bf16 } else { pjrt_client::ElementType::F16 };
+        let et = if bf16 {
+            pjrt_client::ElementType::Bf16
+        } else {
+            pjrt_client::ElementType::F16
+        };
         let (text, ad, bd) = module("hlobridge_gemm_nt", false, true, &[2], 24, 40, 16, ty);
-        let exe = c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap();
-        let a: Vec<f32> = random_f32(ad.iter().product(), 21).iter().map(|v| v / 3.0).collect();
-        let b: Vec<f32> = random_f32(bd.iter().product(), 22).iter().map(|v| v / 3.0).collect();
+        let exe = c
+            .compile(&Program::mlir_text(&text), &CompileOptions::default())
+            .unwrap();
+        let a: Vec<f32> = random_f32(ad.iter().product(), 21)
+            .iter()
+            .map(|v| v / 3.0)
+            .collect();
+        let b: Vec<f32> = random_f32(bd.iter().product(), 22)
+            .iter()
+            .map(|v| v / 3.0)
+            .collect();
         let ad64: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
         let bd64: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
-        let ba = c.buffer_from_host_bytes(&to_half_bits(&a, bf16), et, &ad64, None).unwrap();
-        let bb = c.buffer_from_host_bytes(&to_half_bits(&b, bf16), et, &bd64, None).unwrap();
+        let ba = c
+            .buffer_from_host_bytes(&to_half_bits(&a, bf16), et, &ad64, None)
+            .unwrap();
+        let bb = c
+            .buffer_from_host_bytes(&to_half_bits(&b, bf16), et, &bd64, None)
+            .unwrap();
         let out = exe.execute(&[&ba, &bb]).unwrap();
         let got = from_half_bits(&out[0].to_host_bytes().unwrap(), bf16);
         let want = from_half_bits(&out[1].to_host_bytes().unwrap(), bf16);
@@ -164,18 +226,29 @@ fn half_precision_products_match_the_plugin_dot() {
 fn concurrent_programs_with_work_donation_stay_exact() {
     let c = client(1);
     let (text, ad, bd) = module("hlobridge_gemm_nn", false, false, &[], 128, 96, 112, "f32");
-    let exe = std::sync::Arc::new(c.compile(&Program::mlir_text(&text), &CompileOptions::default()).unwrap());
+    let exe = std::sync::Arc::new(
+        c.compile(&Program::mlir_text(&text), &CompileOptions::default())
+            .unwrap(),
+    );
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let (c, exe, ad, bd) = (c.clone(), exe.clone(), ad.clone(), bd.clone());
             std::thread::spawn(move || {
                 let a = random_f32(ad.iter().product(), 100 + t);
                 let b = random_f32(bd.iter().product(), 200 + t);
-                let ba = c.buffer_from_host(&a, &[ad[0] as i64, ad[1] as i64], None).unwrap();
-                let bb = c.buffer_from_host(&b, &[bd[0] as i64, bd[1] as i64], None).unwrap();
+                let ba = c
+                    .buffer_from_host(&a, &[ad[0] as i64, ad[1] as i64], None)
+                    .unwrap();
+                let bb = c
+                    .buffer_from_host(&b, &[bd[0] as i64, bd[1] as i64], None)
+                    .unwrap();
                 for _ in 0..40 {
                     let out = exe.execute(&[&ba, &bb]).unwrap();
-                    assert_close(&out[0].to_host::<f32>().unwrap(), &out[1].to_host::<f32>().unwrap(), 2e-3);
+                    assert_close(
+                        &out[0].to_host::<f32>().unwrap(),
+                        &out[1].to_host::<f32>().unwrap(),
+                        2e-3,
+                    );
                 }
             })
         })

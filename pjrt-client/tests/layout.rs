@@ -160,27 +160,46 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
         return;
     };
     eprintln!("checking against {}", header.display());
-    let include = header.ancestors().nth(4).expect("include dir").to_path_buf();
+    let include = header
+        .ancestors()
+        .nth(4)
+        .expect("include dir")
+        .to_path_buf();
     let layouts = pjrt_client::host_kernels::xla_ffi::layouts();
     let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"xla/ffi/api/c_api.h\"\nint main(void) {\n");
     for l in &layouts {
         c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
         for (f, _) in l.fields {
-            c.push_str(&format!("  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n", l.name, f));
+            c.push_str(&format!(
+                "  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n",
+                l.name, f
+            ));
         }
     }
     use pjrt_client::host_kernels::xla_ffi as x;
     let enums = [
-        ("XLA_FFI_Extension_Metadata", x::XLA_FFI_Extension_Metadata as i64),
-        ("XLA_FFI_ExecutionStage_EXECUTE", x::XLA_FFI_ExecutionStage_EXECUTE as i64),
+        (
+            "XLA_FFI_Extension_Metadata",
+            x::XLA_FFI_Extension_Metadata as i64,
+        ),
+        (
+            "XLA_FFI_ExecutionStage_EXECUTE",
+            x::XLA_FFI_ExecutionStage_EXECUTE as i64,
+        ),
         ("XLA_FFI_DataType_F32", x::XLA_FFI_DataType_F32 as i64),
         ("XLA_FFI_DataType_F64", x::XLA_FFI_DataType_F64 as i64),
         ("XLA_FFI_DataType_F16", x::XLA_FFI_DataType_F16 as i64),
         ("XLA_FFI_DataType_BF16", x::XLA_FFI_DataType_BF16 as i64),
         ("XLA_FFI_ArgType_BUFFER", x::XLA_FFI_ArgType_BUFFER as i64),
         ("XLA_FFI_RetType_BUFFER", x::XLA_FFI_RetType_BUFFER as i64),
-        ("XLA_FFI_Error_Code_INVALID_ARGUMENT", x::XLA_FFI_Error_Code_INVALID_ARGUMENT as i64),
-        ("XLA_FFI_Error_Code_INTERNAL", x::XLA_FFI_Error_Code_INTERNAL as i64),
+        (
+            "XLA_FFI_Error_Code_INVALID_ARGUMENT",
+            x::XLA_FFI_Error_Code_INVALID_ARGUMENT as i64,
+        ),
+        (
+            "XLA_FFI_Error_Code_INTERNAL",
+            x::XLA_FFI_Error_Code_INTERNAL as i64,
+        ),
         ("XLA_FFI_API_MAJOR", x::XLA_FFI_API_MAJOR as i64),
         ("XLA_FFI_API_MINOR", x::XLA_FFI_API_MINOR as i64),
     ];
@@ -193,12 +212,18 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
     let mut mismatches = Vec::new();
     for l in &layouts {
         if c_vals[l.name] as usize != l.size {
-            mismatches.push(format!("sizeof({}): C {} vs Rust {}", l.name, c_vals[l.name], l.size));
+            mismatches.push(format!(
+                "sizeof({}): C {} vs Rust {}",
+                l.name, c_vals[l.name], l.size
+            ));
         }
         for (f, off) in l.fields {
             let key = format!("{}.{}", l.name, f);
             if c_vals[key.as_str()] as usize != *off {
-                mismatches.push(format!("offsetof({key}): C {} vs Rust {off}", c_vals[key.as_str()]));
+                mismatches.push(format!(
+                    "offsetof({key}): C {} vs Rust {off}",
+                    c_vals[key.as_str()]
+                ));
             }
         }
     }
@@ -208,5 +233,9 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
             mismatches.push(format!("{name}: C {} vs Rust {v}", c_vals[key.as_str()]));
         }
     }
-    assert!(mismatches.is_empty(), "XLA FFI layout mismatches:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "XLA FFI layout mismatches:\n{}",
+        mismatches.join("\n")
+    );
 }

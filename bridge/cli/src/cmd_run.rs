@@ -142,9 +142,10 @@ pub(crate) fn run_module(
     .map_err(|e| format!("creating PJRT client: {e}"))?;
     let mut host_gemm = 0;
     if client.host_kernels().gemm {
-        if let Some((lowered, report)) =
-            hlobridge::lower::lower_text_for_host(&program, &hlobridge::lower::HostLowering::from_env())
-        {
+        if let Some((lowered, report)) = hlobridge::lower::lower_text_for_host(
+            &program,
+            &hlobridge::lower::HostLowering::from_env(),
+        ) {
             host_gemm = report.rewritten;
             program = lowered;
         }

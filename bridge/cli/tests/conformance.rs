@@ -159,7 +159,10 @@ fn products_pass_through_the_host_gemm_kernels() {
             linked += 1;
         }
     }
-    assert!(linked > 50, "only {linked} modules with products in the suite");
+    assert!(
+        linked > 50,
+        "only {linked} modules with products in the suite"
+    );
     let o = Command::new(env!("CARGO_BIN_EXE_hlobridge"))
         .args(["conform", work.to_str().unwrap()])
         .env("HLOBRIDGE_HOST_GEMM", "all")
@@ -170,8 +173,14 @@ fn products_pass_through_the_host_gemm_kernels() {
     let (out, err) = text(&o);
     let (passed, failed, _) = final_counts(&out);
     assert_eq!((passed, failed), (linked, 0), "{out}");
-    let rewritten = err.lines().filter(|l| l.contains("host GEMM rewrite")).count();
-    assert!(rewritten >= 15, "only {rewritten} modules used the host GEMM kernels:\n{err}");
+    let rewritten = err
+        .lines()
+        .filter(|l| l.contains("host GEMM rewrite"))
+        .count();
+    assert!(
+        rewritten >= 15,
+        "only {rewritten} modules used the host GEMM kernels:\n{err}"
+    );
     let _ = std::fs::remove_dir_all(&work);
 }
 

@@ -144,9 +144,9 @@ fn tensor_of(m: &Module, v: ValueId) -> Option<(&[i64], FloatKind)> {
             elem,
             encoding: None,
         } if dims.iter().all(|&d| d >= 0) => match m.ty(*elem) {
-            Type::Float(k @ (FloatKind::F32 | FloatKind::F64 | FloatKind::BF16 | FloatKind::F16)) => {
-                Some((dims.as_slice(), *k))
-            }
+            Type::Float(
+                k @ (FloatKind::F32 | FloatKind::F64 | FloatKind::BF16 | FloatKind::F16),
+            ) => Some((dims.as_slice(), *k)),
             _ => None,
         },
         _ => None,
@@ -187,7 +187,10 @@ fn swapped_matrix_source(m: &Module, v: ValueId) -> Option<ValueId> {
     };
     let r = perm.len();
     let swap = r >= 2
-        && perm[..r - 2].iter().enumerate().all(|(i, &p)| p == i as i64)
+        && perm[..r - 2]
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| p == i as i64)
         && perm[r - 2] == r as i64 - 1
         && perm[r - 1] == r as i64 - 2;
     swap.then(|| m.op(op).operands[0])
@@ -199,8 +202,12 @@ fn swapped_matrix_source(m: &Module, v: ValueId) -> Option<ValueId> {
 /// `[contracting, free]` matrix. Returns `(free size, transposed)`.
 fn as_matrix(dims: &[i64], nb: usize, contracting: &[i64]) -> Option<(i64, bool)> {
     let r = dims.len();
-    let c: Vec<usize> = contracting.iter().map(|&d| usize::try_from(d).ok()).collect::<Option<_>>()?;
-    if c.is_empty() || c.iter().any(|&d| d < nb || d >= r) || c.windows(2).any(|w| w[1] != w[0] + 1) {
+    let c: Vec<usize> = contracting
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<_>>()?;
+    if c.is_empty() || c.iter().any(|&d| d < nb || d >= r) || c.windows(2).any(|w| w[1] != w[0] + 1)
+    {
         return None;
     }
     let (c0, c1) = (c[0], c[c.len() - 1] + 1);
@@ -212,7 +219,10 @@ fn as_matrix(dims: &[i64], nb: usize, contracting: &[i64]) -> Option<(i64, bool)
     } else {
         return None;
     };
-    let free: i64 = (nb..r).filter(|d| !c.contains(d)).map(|d| dims[d]).product();
+    let free: i64 = (nb..r)
+        .filter(|d| !c.contains(d))
+        .map(|d| dims[d])
+        .product();
     Some((free, transposed))
 }
 
@@ -246,14 +256,19 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     };
     let nb = lb.len();
     let batch: Vec<i64> = (0..nb as i64).collect();
-    if lb != batch || rb != batch || lc.len() != rc.len() || ld.len() < nb + 2 || rd.len() < nb + 2 {
+    if lb != batch || rb != batch || lc.len() != rc.len() || ld.len() < nb + 2 || rd.len() < nb + 2
+    {
         return None;
     }
     if ld[..nb] != rd[..nb] || od.len() < nb || od[..nb] != ld[..nb] {
         return None;
     }
     // Contracting dims pair up in order and agree in size.
-    if lc.iter().zip(&rc).any(|(&a, &b)| ld.get(a as usize) != rd.get(b as usize)) {
+    if lc
+        .iter()
+        .zip(&rc)
+        .any(|(&a, &b)| ld.get(a as usize) != rd.get(b as usize))
+    {
         return None;
     }
     let (mm, lt) = as_matrix(ld, nb, &lc)?;
@@ -266,20 +281,39 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     if out_free != mm * n {
         return None;
     }
-    let mut dims = ld[..nb].iter().map(|&d| d as u64).chain([mm as u64, n as u64, k as u64]);
+    let mut dims = ld[..nb]
+        .iter()
+        .map(|&d| d as u64)
+        .chain([mm as u64, n as u64, k as u64]);
     let work = dims.try_fold(1u64, |a, d| a.checked_mul(d))?;
-    if (mm as u64) < policy.min_side || (n as u64) < policy.min_side || work < policy.min_work || work > policy.max_work {
+    if (mm as u64) < policy.min_side
+        || (n as u64) < policy.min_side
+        || work < policy.min_work
+        || work > policy.max_work
+    {
         return None;
     }
-    let matrix = |b: &[i64], x: i64, y: i64| -> Vec<i64> { b.iter().copied().chain([x, y]).collect() };
-    let lshape = if lt { matrix(&ld[..nb], k, mm) } else { matrix(&ld[..nb], mm, k) };
-    let rshape = if rt { matrix(&ld[..nb], n, k) } else { matrix(&ld[..nb], k, n) };
+    let matrix =
+        |b: &[i64], x: i64, y: i64| -> Vec<i64> { b.iter().copied().chain([x, y]).collect() };
+    let lshape = if lt {
+        matrix(&ld[..nb], k, mm)
+    } else {
+        matrix(&ld[..nb], mm, k)
+    };
+    let rshape = if rt {
+        matrix(&ld[..nb], n, k)
+    } else {
+        matrix(&ld[..nb], k, n)
+    };
     let oshape = matrix(&ld[..nb], mm, n);
     let mut g = Gemm {
         operands: [o.operands[0], o.operands[1]],
         lhs_t: lt,
         rhs_t: rt,
-        reshape: [(lshape[..] != *ld).then_some(lshape), (rshape[..] != *rd).then_some(rshape)],
+        reshape: [
+            (lshape[..] != *ld).then_some(lshape),
+            (rshape[..] != *rd).then_some(rshape),
+        ],
         result: (oshape[..] != *od).then_some(oshape),
         elem: match m.ty(m.value_type(o.operands[0])) {
             Type::Tensor { elem, .. } => *elem,
@@ -307,11 +341,19 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
 fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
     let block = m.op(op).parent.expect("classified ops are placed");
     let loc = m.op(op).loc;
-    let mut pos = m.blocks[block.index()].ops.iter().position(|&x| x == op).expect("op in its block");
+    let mut pos = m.blocks[block.index()]
+        .ops
+        .iter()
+        .position(|&x| x == op)
+        .expect("op in its block");
     let mut operands = g.operands;
     for (i, shape) in g.reshape.iter().enumerate() {
         if let Some(shape) = shape {
-            let ty = m.intern_type(Type::Tensor { dims: shape.iter().copied().collect(), elem: g.elem, encoding: None });
+            let ty = m.intern_type(Type::Tensor {
+                dims: shape.iter().copied().collect(),
+                elem: g.elem,
+                encoding: None,
+            });
             let r = m.add_op(names.reshape);
             m.op_mut(r).operands.push(operands[i]);
             m.op_mut(r).loc = loc;
@@ -330,15 +372,25 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
         o.name = names.custom_call;
         o.operands = SmallVec::from_slice(&operands);
         o.props = SmallVec::from_slice(&[
-            NamedAttr { name: names.api_version, value: names.api_value },
-            NamedAttr { name: names.call_target_name, value: t },
+            NamedAttr {
+                name: names.api_version,
+                value: names.api_value,
+            },
+            NamedAttr {
+                name: names.call_target_name,
+                value: t,
+            },
         ]);
     }
     if let Some(shape) = g.result {
         // The call yields [B, M, N]; a reshape after it takes over the
         // original result value, so every user stays as it was.
         let orig = m.op(op).results[0];
-        let ty = m.intern_type(Type::Tensor { dims: shape.iter().copied().collect(), elem: g.elem, encoding: None });
+        let ty = m.intern_type(Type::Tensor {
+            dims: shape.iter().copied().collect(),
+            elem: g.elem,
+            encoding: None,
+        });
         let flat = m.add_value(ty, ValueDef::OpResult { op, index: 0 }, None);
         m.op_mut(op).results = SmallVec::from_slice(&[flat]);
         let r = m.add_op(names.reshape);

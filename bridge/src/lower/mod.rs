@@ -51,7 +51,10 @@ impl HostLowering {
 /// returns the rewritten text and what was rewritten, or `None` when nothing
 /// applies (no products, none admitted, or text this parser does not read,
 /// which is then compiled as it is).
-pub fn lower_text_for_host(text: &str, lowering: &HostLowering) -> Option<(String, HostGemmReport)> {
+pub fn lower_text_for_host(
+    text: &str,
+    lowering: &HostLowering,
+) -> Option<(String, HostGemmReport)> {
     let policy = lowering.gemm?;
     if !text.contains("dot") {
         return None;

@@ -55,7 +55,10 @@ mod tests {
     fn layout_matches_the_plugin_binary() {
         assert_eq!(PJRT_FFI_Register_Handler_Args_STRUCT_SIZE, 52);
         assert_eq!(offset_of!(PJRT_FFI_Register_Handler_Args, handler), 24);
-        assert_eq!(offset_of!(PJRT_FFI_Register_Handler_Args, platform_name), 32);
+        assert_eq!(
+            offset_of!(PJRT_FFI_Register_Handler_Args, platform_name),
+            32
+        );
         assert_eq!(size_of::<PJRT_FFI_Extension>(), 48);
     }
 }

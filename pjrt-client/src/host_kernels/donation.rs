@@ -101,7 +101,8 @@ mod tests {
     #[test]
     fn every_chunk_runs_once_with_and_without_helpers() {
         for helpers in [0usize, 1, 3] {
-            let hits: Arc<Vec<AtomicUsize>> = Arc::new((0..257).map(|_| AtomicUsize::new(0)).collect());
+            let hits: Arc<Vec<AtomicUsize>> =
+                Arc::new((0..257).map(|_| AtomicUsize::new(0)).collect());
             let stop = Arc::new(AtomicBool::new(false));
             let threads: Vec<_> = (0..helpers)
                 .map(|_| {
@@ -125,7 +126,10 @@ mod tests {
             for t in threads {
                 t.join().unwrap();
             }
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 20), "helpers {helpers}");
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 20),
+                "helpers {helpers}"
+            );
         }
     }
 }

@@ -104,14 +104,20 @@ pub(crate) unsafe fn handle(
             return ptr::null_mut();
         }
     }
-    if raw.struct_size < offset_of!(XLA_FFI_CallFrame, attrs) || raw.stage != XLA_FFI_ExecutionStage_EXECUTE {
+    if raw.struct_size < offset_of!(XLA_FFI_CallFrame, attrs)
+        || raw.stage != XLA_FFI_ExecutionStage_EXECUTE
+    {
         return ptr::null_mut();
     }
     let f = Frame { raw };
     match catch_unwind(AssertUnwindSafe(|| body(&f))) {
         Ok(Ok(())) => ptr::null_mut(),
         Ok(Err(msg)) => make_error(raw.api, XLA_FFI_Error_Code_INVALID_ARGUMENT, &msg),
-        Err(_) => make_error(raw.api, XLA_FFI_Error_Code_INTERNAL, "hlobridge host kernel panicked"),
+        Err(_) => make_error(
+            raw.api,
+            XLA_FFI_Error_Code_INTERNAL,
+            "hlobridge host kernel panicked",
+        ),
     }
 }
 
@@ -136,7 +142,9 @@ fn declared_minor(api: *const XLA_FFI_Api) -> i32 {
 unsafe fn answer_metadata(raw: &XLA_FFI_CallFrame, ext: *mut XLA_FFI_Metadata_Extension) {
     // SAFETY: the caller checked the tag; struct_size bounds what we read.
     let ext = unsafe { &*ext };
-    if ext.extension_base.struct_size < size_of::<XLA_FFI_Metadata_Extension>() || ext.metadata.is_null() {
+    if ext.extension_base.struct_size < size_of::<XLA_FFI_Metadata_Extension>()
+        || ext.metadata.is_null()
+    {
         return;
     }
     let md = ext.metadata;

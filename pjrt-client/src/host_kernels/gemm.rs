@@ -66,7 +66,13 @@ pub struct GemmShape {
 }
 
 /// Checks the operand and result dims of a call and derives its shape.
-pub fn gemm_shape(lhs: &[i64], rhs: &[i64], out: &[i64], ta: bool, tb: bool) -> Result<GemmShape, String> {
+pub fn gemm_shape(
+    lhs: &[i64],
+    rhs: &[i64],
+    out: &[i64],
+    ta: bool,
+    tb: bool,
+) -> Result<GemmShape, String> {
     let r = lhs.len();
     if r < 2 || rhs.len() != r || out.len() != r {
         return Err(format!(
@@ -74,14 +80,26 @@ pub fn gemm_shape(lhs: &[i64], rhs: &[i64], out: &[i64], ta: bool, tb: bool) -> 
         ));
     }
     if lhs.iter().chain(rhs).chain(out).any(|&d| d < 0) {
-        return Err(format!("negative dimension in lhs {lhs:?}, rhs {rhs:?}, result {out:?}"));
+        return Err(format!(
+            "negative dimension in lhs {lhs:?}, rhs {rhs:?}, result {out:?}"
+        ));
     }
     let nb = r - 2;
     if lhs[..nb] != rhs[..nb] || lhs[..nb] != out[..nb] {
-        return Err(format!("batch dimensions differ: lhs {lhs:?}, rhs {rhs:?}, result {out:?}"));
+        return Err(format!(
+            "batch dimensions differ: lhs {lhs:?}, rhs {rhs:?}, result {out:?}"
+        ));
     }
-    let (m, k) = if ta { (lhs[nb + 1], lhs[nb]) } else { (lhs[nb], lhs[nb + 1]) };
-    let (k2, n) = if tb { (rhs[nb + 1], rhs[nb]) } else { (rhs[nb], rhs[nb + 1]) };
+    let (m, k) = if ta {
+        (lhs[nb + 1], lhs[nb])
+    } else {
+        (lhs[nb], lhs[nb + 1])
+    };
+    let (k2, n) = if tb {
+        (rhs[nb + 1], rhs[nb])
+    } else {
+        (rhs[nb], rhs[nb + 1])
+    };
     if k != k2 || out[nb] != m || out[nb + 1] != n {
         return Err(format!(
             "shapes do not multiply: lhs {lhs:?}{}, rhs {rhs:?}{} -> result {out:?}",
@@ -103,12 +121,18 @@ pub fn gemm_shape(lhs: &[i64], rhs: &[i64], out: &[i64], ta: bool, tb: bool) -> 
 
 fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
     if fr.arity() != (2, 1) {
-        return Err(format!("hlobridge_gemm takes 2 operands and 1 result, got {:?}", fr.arity()));
+        return Err(format!(
+            "hlobridge_gemm takes 2 operands and 1 result, got {:?}",
+            fr.arity()
+        ));
     }
     let (a, b, c) = (fr.arg(0)?, fr.arg(1)?, fr.ret(0)?);
     let s = gemm_shape(a.dims, b.dims, c.dims, ta, tb)?;
     if a.dtype != b.dtype || a.dtype != c.dtype {
-        return Err(format!("element types differ: {} {} -> {}", a.dtype, b.dtype, c.dtype));
+        return Err(format!(
+            "element types differ: {} {} -> {}",
+            a.dtype, b.dtype, c.dtype
+        ));
     }
     for (what, v) in [("lhs", &a), ("rhs", &b), ("result", &c)] {
         if v.data.is_null() && v.dims.iter().all(|&d| d > 0) {
@@ -137,7 +161,9 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
             unsafe { gemm_widened::<half::f16>(&a, &b, &c, s, ta, tb) };
             Ok(())
         }
-        other => Err(format!("hlobridge_gemm supports f32, f64, bf16 and f16, got XLA_FFI_DataType {other}")),
+        other => Err(format!(
+            "hlobridge_gemm supports f32, f64, bf16 and f16, got XLA_FFI_DataType {other}"
+        )),
     }
 }
 
@@ -149,21 +175,57 @@ pub trait GemmElement: Copy + Default + Send + Sync {
     /// The pointers and strides must describe valid `m×k`, `k×n` and `m×n`
     /// matrices, and `c` must not overlap `a` or `b`.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn mul(m: usize, k: usize, n: usize, a: *const Self, rsa: isize, csa: isize,
-                  b: *const Self, rsb: isize, csb: isize, c: *mut Self, rsc: isize, csc: isize);
+    unsafe fn mul(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    );
 }
 
 impl GemmElement for f32 {
-    unsafe fn mul(m: usize, k: usize, n: usize, a: *const f32, rsa: isize, csa: isize,
-                  b: *const f32, rsb: isize, csb: isize, c: *mut f32, rsc: isize, csc: isize) {
+    unsafe fn mul(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f32,
+        rsa: isize,
+        csa: isize,
+        b: *const f32,
+        rsb: isize,
+        csb: isize,
+        c: *mut f32,
+        rsc: isize,
+        csc: isize,
+    ) {
         // SAFETY: forwarded from the caller's contract.
         unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
     }
 }
 
 impl GemmElement for f64 {
-    unsafe fn mul(m: usize, k: usize, n: usize, a: *const f64, rsa: isize, csa: isize,
-                  b: *const f64, rsb: isize, csb: isize, c: *mut f64, rsc: isize, csc: isize) {
+    unsafe fn mul(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const f64,
+        rsa: isize,
+        csa: isize,
+        b: *const f64,
+        rsb: isize,
+        csb: isize,
+        c: *mut f64,
+        rsc: isize,
+        csc: isize,
+    ) {
         // SAFETY: forwarded from the caller's contract.
         unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
     }
@@ -174,8 +236,14 @@ impl GemmElement for f64 {
 /// # Safety
 /// `a`, `b`, `c` must be row-major buffers of the dims `s` was derived from,
 /// and `c` must not overlap `a` or `b`.
-pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>,
-                                                s: GemmShape, ta: bool, tb: bool) {
+pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
+    a: &BufferView<'_>,
+    b: &BufferView<'_>,
+    c: &BufferView<'_>,
+    s: GemmShape,
+    ta: bool,
+    tb: bool,
+) {
     let (m, n, k) = (s.m, s.n, s.k);
     let out = c.data as *mut T;
     if m == 0 || n == 0 || s.batch == 0 {
@@ -189,7 +257,11 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(a: &BufferView<'_>, b:
     let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
     let threads = threads_for(s);
-    let work = s.batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+    let work = s
+        .batch
+        .saturating_mul(m)
+        .saturating_mul(n)
+        .saturating_mul(k);
     if threads <= 1 && work >= DONATE_WORK && donation_enabled() {
         // Chunks of rows (of every batch entry) that a waiting caller can
         // take over (see `donation`).
@@ -203,10 +275,20 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(a: &BufferView<'_>, b:
             // SAFETY: rows r0..r0+mr of batch entry i lie inside A and C;
             // chunks write disjoint blocks of C; the poster waits for all.
             unsafe {
-                T::mul(mr, k, n,
-                       (pa as *const T).add(i * m * k).offset(r0 as isize * rsa), rsa, csa,
-                       (pb as *const T).add(i * k * n), rsb, csb,
-                       (pc as *mut T).add(i * m * n + r0 * n), n as isize, 1)
+                T::mul(
+                    mr,
+                    k,
+                    n,
+                    (pa as *const T).add(i * m * k).offset(r0 as isize * rsa),
+                    rsa,
+                    csa,
+                    (pb as *const T).add(i * k * n),
+                    rsb,
+                    csb,
+                    (pc as *mut T).add(i * m * n + r0 * n),
+                    n as isize,
+                    1,
+                )
             };
         });
         return;
@@ -231,10 +313,20 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(a: &BufferView<'_>, b:
                 // of C are inside their matrices; the blocks of C written by
                 // different parts do not overlap.
                 unsafe {
-                    T::mul(mr, k, n,
-                           (pa as *const T).offset(r0 as isize * rsa), rsa, csa,
-                           pb as *const T, rsb, csb,
-                           (pc as *mut T).add(r0 * n), n as isize, 1)
+                    T::mul(
+                        mr,
+                        k,
+                        n,
+                        (pa as *const T).offset(r0 as isize * rsa),
+                        rsa,
+                        csa,
+                        pb as *const T,
+                        rsb,
+                        csb,
+                        (pc as *mut T).add(r0 * n),
+                        n as isize,
+                        1,
+                    )
                 };
             };
             for r0 in (rows..m).step_by(rows) {
@@ -280,9 +372,19 @@ impl Widened for half::f16 {
 ///
 /// # Safety
 /// As for [`gemm_typed`].
-pub(crate) unsafe fn gemm_widened<T: Widened>(a: &BufferView<'_>, b: &BufferView<'_>, c: &BufferView<'_>,
-                                               s: GemmShape, ta: bool, tb: bool) {
-    let (na, nb, nc) = (s.batch * s.m * s.k, s.batch * s.k * s.n, s.batch * s.m * s.n);
+pub(crate) unsafe fn gemm_widened<T: Widened>(
+    a: &BufferView<'_>,
+    b: &BufferView<'_>,
+    c: &BufferView<'_>,
+    s: GemmShape,
+    ta: bool,
+    tb: bool,
+) {
+    let (na, nb, nc) = (
+        s.batch * s.m * s.k,
+        s.batch * s.k * s.n,
+        s.batch * s.m * s.n,
+    );
     let mut wa = vec![0f32; na];
     let mut wb = vec![0f32; nb];
     let mut wc = vec![0f32; nc];
@@ -295,13 +397,23 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(a: &BufferView<'_>, b: &BufferView
             T::widen(std::slice::from_raw_parts(b.data as *const T, nb), &mut wb);
         }
     }
-    let view = |v: &mut Vec<f32>, dims| BufferView { dtype: XLA_FFI_DataType_F32, data: v.as_mut_ptr().cast(), dims };
-    let (va, vb, vc) = (view(&mut wa, a.dims), view(&mut wb, b.dims), view(&mut wc, c.dims));
+    let view = |v: &mut Vec<f32>, dims| BufferView {
+        dtype: XLA_FFI_DataType_F32,
+        data: v.as_mut_ptr().cast(),
+        dims,
+    };
+    let (va, vb, vc) = (
+        view(&mut wa, a.dims),
+        view(&mut wb, b.dims),
+        view(&mut wc, c.dims),
+    );
     // SAFETY: the widened copies have the operands' dims.
     unsafe { gemm_typed::<f32>(&va, &vb, &vc, s, ta, tb) };
     if nc > 0 {
         // SAFETY: the result holds `nc` elements.
-        T::narrow(&wc, unsafe { std::slice::from_raw_parts_mut(c.data as *mut T, nc) });
+        T::narrow(&wc, unsafe {
+            std::slice::from_raw_parts_mut(c.data as *mut T, nc)
+        });
     }
 }
 
@@ -316,7 +428,12 @@ const DONATE_ROWS: usize = 16;
 /// `HLOBRIDGE_GEMM_DONATE=0` keeps every product on the executing thread.
 fn donation_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !matches!(std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(), Ok("0") | Ok("off") | Ok("false")))
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(),
+            Ok("0") | Ok("off") | Ok("false")
+        )
+    })
 }
 
 /// Products of at least this many multiply-adds per part are split over
@@ -370,19 +487,40 @@ mod tests {
         let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.71).cos()).collect();
         for &(_, ta, tb) in &TARGETS {
             let (ad, bd) = (
-                if ta { [k as i64, m as i64] } else { [m as i64, k as i64] },
-                if tb { [n as i64, k as i64] } else { [k as i64, n as i64] },
+                if ta {
+                    [k as i64, m as i64]
+                } else {
+                    [m as i64, k as i64]
+                },
+                if tb {
+                    [n as i64, k as i64]
+                } else {
+                    [k as i64, n as i64]
+                },
             );
             let cd = [m as i64, n as i64];
             let mut c = vec![f64::NAN; m * n];
-            let view = |p: *mut f64, d: &'static [i64]| BufferView { dtype: XLA_FFI_DataType_F64, data: p.cast(), dims: d };
-            let (ad, bd, cd): (&'static [i64], &'static [i64], &'static [i64]) =
-                (Box::leak(Box::new(ad)), Box::leak(Box::new(bd)), Box::leak(Box::new(cd)));
+            let view = |p: *mut f64, d: &'static [i64]| BufferView {
+                dtype: XLA_FFI_DataType_F64,
+                data: p.cast(),
+                dims: d,
+            };
+            let (ad, bd, cd): (&'static [i64], &'static [i64], &'static [i64]) = (
+                Box::leak(Box::new(ad)),
+                Box::leak(Box::new(bd)),
+                Box::leak(Box::new(cd)),
+            );
             let s = gemm_shape(ad, bd, cd, ta, tb).unwrap();
             // SAFETY: the vectors match the dims.
             unsafe {
-                gemm_typed::<f64>(&view(a.as_ptr() as *mut f64, ad), &view(b.as_ptr() as *mut f64, bd),
-                                  &view(c.as_mut_ptr(), cd), s, ta, tb)
+                gemm_typed::<f64>(
+                    &view(a.as_ptr() as *mut f64, ad),
+                    &view(b.as_ptr() as *mut f64, bd),
+                    &view(c.as_mut_ptr(), cd),
+                    s,
+                    ta,
+                    tb,
+                )
             };
             let want = naive(&a, &b, m, k, n, ta, tb);
             for (x, y) in c.iter().zip(&want) {

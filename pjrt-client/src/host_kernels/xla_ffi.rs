@@ -6,7 +6,12 @@
 //! `tests/layout.rs` checks every struct here against the `c_api.h` that
 //! jaxlib ships (`jaxlib/include/xla/ffi/api/c_api.h`).
 
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
+#![allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    missing_docs
+)]
 
 use crate::ffi::StructLayout;
 use std::os::raw::{c_char, c_int, c_void};
@@ -181,25 +186,93 @@ macro_rules! layout {
 pub fn layouts() -> Vec<StructLayout> {
     vec![
         layout!(XLA_FFI_Extension_Base { struct_size, type_ = "type", next }),
-        layout!(XLA_FFI_Api_Version { struct_size, extension_start, major_version, minor_version }),
-        layout!(XLA_FFI_Error_Create_Args { struct_size, extension_start, message, errc }),
-        layout!(XLA_FFI_Buffer { struct_size, extension_start, dtype, data, rank, dims }),
-        layout!(XLA_FFI_Args { struct_size, extension_start, size, types, args }),
-        layout!(XLA_FFI_Rets { struct_size, extension_start, size, types, rets }),
-        layout!(XLA_FFI_Attrs { struct_size, extension_start, size, types, names, attrs }),
-        layout!(XLA_FFI_CallFrame { struct_size, extension_start, api, ctx, stage, args, rets, attrs, future }),
+        layout!(XLA_FFI_Api_Version {
+            struct_size,
+            extension_start,
+            major_version,
+            minor_version
+        }),
+        layout!(XLA_FFI_Error_Create_Args {
+            struct_size,
+            extension_start,
+            message,
+            errc
+        }),
+        layout!(XLA_FFI_Buffer {
+            struct_size,
+            extension_start,
+            dtype,
+            data,
+            rank,
+            dims
+        }),
+        layout!(XLA_FFI_Args {
+            struct_size,
+            extension_start,
+            size,
+            types,
+            args
+        }),
+        layout!(XLA_FFI_Rets {
+            struct_size,
+            extension_start,
+            size,
+            types,
+            rets
+        }),
+        layout!(XLA_FFI_Attrs {
+            struct_size,
+            extension_start,
+            size,
+            types,
+            names,
+            attrs
+        }),
+        layout!(XLA_FFI_CallFrame {
+            struct_size,
+            extension_start,
+            api,
+            ctx,
+            stage,
+            args,
+            rets,
+            attrs,
+            future
+        }),
         layout!(XLA_FFI_TypeId { type_id }),
-        layout!(XLA_FFI_Metadata { struct_size, api_version, traits, state_type_id }),
-        layout!(XLA_FFI_Metadata_Extension { extension_base, metadata }),
+        layout!(XLA_FFI_Metadata {
+            struct_size,
+            api_version,
+            traits,
+            state_type_id
+        }),
+        layout!(XLA_FFI_Metadata_Extension {
+            extension_base,
+            metadata
+        }),
         layout!(XLA_FFI_Api {
-            struct_size, extension_start, api_version, internal_api,
-            XLA_FFI_Error_Create, XLA_FFI_Error_GetMessage, XLA_FFI_Error_Destroy,
-            XLA_FFI_Handler_Register, XLA_FFI_Stream_Get, XLA_FFI_Type_Register,
-            XLA_FFI_ExecutionContext_Get, XLA_FFI_State_Set, XLA_FFI_State_Get,
-            XLA_FFI_DeviceMemory_Allocate, XLA_FFI_DeviceMemory_Free,
-            XLA_FFI_ThreadPool_Schedule, XLA_FFI_ThreadPool_NumThreads,
-            XLA_FFI_Future_Create, XLA_FFI_Future_SetAvailable, XLA_FFI_Future_SetError,
-            XLA_FFI_RunId_Get, XLA_FFI_DeviceOrdinal_Get
+            struct_size,
+            extension_start,
+            api_version,
+            internal_api,
+            XLA_FFI_Error_Create,
+            XLA_FFI_Error_GetMessage,
+            XLA_FFI_Error_Destroy,
+            XLA_FFI_Handler_Register,
+            XLA_FFI_Stream_Get,
+            XLA_FFI_Type_Register,
+            XLA_FFI_ExecutionContext_Get,
+            XLA_FFI_State_Set,
+            XLA_FFI_State_Get,
+            XLA_FFI_DeviceMemory_Allocate,
+            XLA_FFI_DeviceMemory_Free,
+            XLA_FFI_ThreadPool_Schedule,
+            XLA_FFI_ThreadPool_NumThreads,
+            XLA_FFI_Future_Create,
+            XLA_FFI_Future_SetAvailable,
+            XLA_FFI_Future_SetError,
+            XLA_FFI_RunId_Get,
+            XLA_FFI_DeviceOrdinal_Get
         }),
     ]
 }

@@ -23,8 +23,17 @@ const MLP: &str = r#"func.func public @main(%x: tensor<64x128xf32>, %w: tensor<1
 #[test]
 fn mlp_products_become_host_gemm_calls() {
     let (out, r) = rewrite(MLP);
-    assert_eq!(r, HostGemmReport { rewritten: 3, products: 3 });
-    assert!(out.contains("@hlobridge_gemm_nn(%arg0, %arg1)") || out.contains("@hlobridge_gemm_nn("), "{out}");
+    assert_eq!(
+        r,
+        HostGemmReport {
+            rewritten: 3,
+            products: 3
+        }
+    );
+    assert!(
+        out.contains("@hlobridge_gemm_nn(%arg0, %arg1)") || out.contains("@hlobridge_gemm_nn("),
+        "{out}"
+    );
     assert!(out.contains("@hlobridge_gemm_tn("), "{out}");
     assert!(out.contains("@hlobridge_gemm_nt("), "{out}");
     assert!(!out.contains("dot_general"), "{out}");
@@ -63,7 +72,9 @@ fn products_outside_the_policy_stay() {
         let types = body.rsplit_once(" : (").unwrap().1;
         let (ins, out) = types.split_once(") -> ").unwrap();
         let (ta, tb) = ins.split_once(", ").unwrap();
-        let text = format!("func.func @f(%a: {ta}, %b: {tb}) -> {out} {{\n  {body}\n  return %0 : {out}\n}}");
+        let text = format!(
+            "func.func @f(%a: {ta}, %b: {tb}) -> {out} {{\n  {body}\n  return %0 : {out}\n}}"
+        );
         let (printed, r) = rewrite(&text);
         assert_eq!(r.rewritten, 0, "rewrote {body}:\n{printed}");
         assert_eq!(r.products, 1, "{body}");
@@ -83,13 +94,18 @@ fn plain_dot_and_nested_regions_are_rewritten() {
 }"#;
     let (out, r) = rewrite(text);
     assert_eq!(r.rewritten, 1, "{out}");
-    assert!(out.contains("stablehlo.custom_call @hlobridge_gemm_nn"), "{out}");
+    assert!(
+        out.contains("stablehlo.custom_call @hlobridge_gemm_nn"),
+        "{out}"
+    );
 }
 
 #[test]
 fn target_names_cover_every_transposition() {
     let names: std::collections::HashSet<_> =
-        [(false, false), (true, false), (false, true), (true, true)].map(|(a, b)| target_name(a, b)).into();
+        [(false, false), (true, false), (false, true), (true, true)]
+            .map(|(a, b)| target_name(a, b))
+            .into();
     assert_eq!(names.len(), 4);
 }
 
@@ -138,7 +154,10 @@ fn grouped_dims_are_merged_with_reshapes() {
     let (out, r) = rewrite(text);
     assert_eq!(r.rewritten, 3, "{out}");
     assert!(!out.contains("dot_general"), "{out}");
-    assert!(out.contains("stablehlo.reshape %x : (tensor<4x32x64xf32>) -> tensor<128x64xf32>"), "{out}");
+    assert!(
+        out.contains("stablehlo.reshape %x : (tensor<4x32x64xf32>) -> tensor<128x64xf32>"),
+        "{out}"
+    );
     assert!(out.contains("@hlobridge_gemm_tn("), "{out}");
     // The original results keep their users through a reshape back.
     assert!(out.contains("-> tensor<4x32x48xf32>"), "{out}");
