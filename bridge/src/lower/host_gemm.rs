@@ -53,7 +53,8 @@ pub struct HostGemmPolicy {
 }
 
 impl Default for HostGemmPolicy {
-    /// Measured on the xla-cpu-pjrt plugin (2-core VM, README "Host GEMM"):
+    /// Measured on the xla-cpu-pjrt plugin (2-core VM; README "Performance",
+    /// docs/bench.md):
     /// the kernel is 3–4× faster than the plugin's dot from 96³ to 128³,
     /// and with its row split over the cores it matches or beats the
     /// plugin's threaded dot up to 512³; beyond that XLA keeps the product.
