@@ -35,6 +35,65 @@ fn run_c_program(tag: &str, include: &Path, source: &str) -> HashMap<String, i64
         .collect()
 }
 
+/// Compiles a C program against `header` that prints `sizeof`/`offsetof`
+/// of every struct in `layouts` and the value of every C expression in
+/// `enums`, and asserts that they equal the Rust side. Returns how many
+/// values were checked.
+fn check_against_header(
+    tag: &str,
+    include: &Path,
+    header: &str,
+    layouts: &[pjrt_client::ffi::StructLayout],
+    enums: &[(String, i64)],
+) -> usize {
+    let mut c = format!(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"{header}\"\nint main(void) {{\n"
+    );
+    for l in layouts {
+        c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
+        for (f, _) in l.fields {
+            c.push_str(&format!(
+                "  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n",
+                l.name, f
+            ));
+        }
+    }
+    for (expr, _) in enums {
+        c.push_str(&format!("  printf(\"enum.{expr} %d\\n\", (int){expr});\n"));
+    }
+    c.push_str("  return 0;\n}\n");
+    let c_vals = run_c_program(tag, include, &c);
+    let mut mismatches = Vec::new();
+    let mut checked = 0;
+    let mut expect = |key: String, rust: i64, what: &str| {
+        checked += 1;
+        let cv = c_vals[&key];
+        if cv != rust {
+            mismatches.push(format!("{what}: C {cv} vs Rust {rust}"));
+        }
+    };
+    for l in layouts {
+        expect(
+            l.name.to_string(),
+            l.size as i64,
+            &format!("sizeof({})", l.name),
+        );
+        for (f, off) in l.fields {
+            let key = format!("{}.{}", l.name, f);
+            expect(key.clone(), *off as i64, &format!("offsetof({key})"));
+        }
+    }
+    for (expr, v) in enums {
+        expect(format!("enum.{expr}"), *v, expr);
+    }
+    assert!(
+        mismatches.is_empty(),
+        "layout mismatches against {header}:\n{}",
+        mismatches.join("\n")
+    );
+    checked
+}
+
 fn find_header() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PJRT_C_API_HEADER") {
         return Some(PathBuf::from(p));
@@ -82,63 +141,23 @@ fn rust_layouts_match_pjrt_c_api_header() {
     };
     eprintln!("checking against {}", header.display());
     let layouts = pjrt_client::layout::all();
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include \"pjrt_c_api.h\"\nint main(void) {\n",
+    let enums: Vec<(String, i64)> = ElementType::ALL
+        .iter()
+        .map(|t| {
+            let name = format!("{t:?}").to_uppercase();
+            (format!("PJRT_Buffer_Type_{name}"), t.to_raw() as i64)
+        })
+        .collect();
+    let checked = check_against_header(
+        "layout",
+        header.parent().unwrap(),
+        "pjrt_c_api.h",
+        &layouts,
+        &enums,
     );
-    for l in &layouts {
-        c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
-        for (f, _) in l.fields {
-            c.push_str(&format!(
-                "  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n",
-                l.name, f
-            ));
-        }
-    }
-    for t in ElementType::ALL {
-        let name = format!("{t:?}").to_uppercase();
-        c.push_str(&format!(
-            "  printf(\"enum.{name} %d\\n\", (int)PJRT_Buffer_Type_{name});\n"
-        ));
-    }
-    c.push_str("  return 0;\n}\n");
-    let c_vals = run_c_program("layout", header.parent().unwrap(), &c);
-    let c_vals: HashMap<&str, i64> = c_vals.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    let mut mismatches = Vec::new();
-    let mut checked = 0;
-    for l in &layouts {
-        let cs = c_vals[l.name] as usize;
-        checked += 1;
-        if cs != l.size {
-            mismatches.push(format!("sizeof({}): C {cs} vs Rust {}", l.name, l.size));
-        }
-        for (f, off) in l.fields {
-            let key = format!("{}.{}", l.name, f);
-            let co = c_vals[key.as_str()] as usize;
-            checked += 1;
-            if co != *off {
-                mismatches.push(format!("offsetof({key}): C {co} vs Rust {off}"));
-            }
-        }
-    }
-    for t in ElementType::ALL {
-        let key = format!("enum.{}", format!("{t:?}").to_uppercase());
-        checked += 1;
-        if c_vals[key.as_str()] != t.to_raw() as i64 {
-            mismatches.push(format!(
-                "{key}: C {} vs Rust {}",
-                c_vals[key.as_str()],
-                t.to_raw()
-            ));
-        }
-    }
     eprintln!(
         "checked {checked} sizes/offsets/enum values over {} structs",
         layouts.len()
-    );
-    assert!(
-        mismatches.is_empty(),
-        "layout mismatches:\n{}",
-        mismatches.join("\n")
     );
 }
 
@@ -166,16 +185,6 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
         .expect("include dir")
         .to_path_buf();
     let layouts = pjrt_client::host_kernels::xla_ffi::layouts();
-    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"xla/ffi/api/c_api.h\"\nint main(void) {\n");
-    for l in &layouts {
-        c.push_str(&format!("  printf(\"{0} %zu\\n\", sizeof({0}));\n", l.name));
-        for (f, _) in l.fields {
-            c.push_str(&format!(
-                "  printf(\"{0}.{1} %zu\\n\", offsetof({0}, {1}));\n",
-                l.name, f
-            ));
-        }
-    }
     use pjrt_client::host_kernels::xla_ffi as x;
     let enums = [
         (
@@ -203,39 +212,12 @@ fn host_kernel_layouts_match_the_xla_ffi_header() {
         ("XLA_FFI_API_MAJOR", x::XLA_FFI_API_MAJOR as i64),
         ("XLA_FFI_API_MINOR", x::XLA_FFI_API_MINOR as i64),
     ];
-    for (name, _) in &enums {
-        c.push_str(&format!("  printf(\"enum.{name} %d\\n\", (int){name});\n"));
-    }
-    c.push_str("  return 0;\n}\n");
-    let c_vals = run_c_program("ffi_layout", &include, &c);
-    let c_vals: HashMap<&str, i64> = c_vals.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    let mut mismatches = Vec::new();
-    for l in &layouts {
-        if c_vals[l.name] as usize != l.size {
-            mismatches.push(format!(
-                "sizeof({}): C {} vs Rust {}",
-                l.name, c_vals[l.name], l.size
-            ));
-        }
-        for (f, off) in l.fields {
-            let key = format!("{}.{}", l.name, f);
-            if c_vals[key.as_str()] as usize != *off {
-                mismatches.push(format!(
-                    "offsetof({key}): C {} vs Rust {off}",
-                    c_vals[key.as_str()]
-                ));
-            }
-        }
-    }
-    for (name, v) in &enums {
-        let key = format!("enum.{name}");
-        if c_vals[key.as_str()] != *v {
-            mismatches.push(format!("{name}: C {} vs Rust {v}", c_vals[key.as_str()]));
-        }
-    }
-    assert!(
-        mismatches.is_empty(),
-        "XLA FFI layout mismatches:\n{}",
-        mismatches.join("\n")
+    let enums: Vec<(String, i64)> = enums.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    check_against_header(
+        "ffi_layout",
+        &include,
+        "xla/ffi/api/c_api.h",
+        &layouts,
+        &enums,
     );
 }

@@ -256,84 +256,61 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
     }
     let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
+    let (pa, pb, pc) = (a.data as usize, b.data as usize, out as usize);
+    // Rows r0..r0+mr of batch entry i: every path below runs the product as
+    // such blocks (one per matrix, or row chunks of it).
+    let block = move |i: usize, r0: usize, mr: usize| {
+        // SAFETY: `s` was checked against the buffers' dims, so rows
+        // r0..r0+mr (r0 + mr <= m) of batch entry i lie inside A and C; the
+        // callers below give concurrent blocks disjoint rows of C and wait
+        // for all of them before returning.
+        unsafe {
+            T::mul(
+                mr,
+                k,
+                n,
+                (pa as *const T).add(i * m * k).offset(r0 as isize * rsa),
+                rsa,
+                csa,
+                (pb as *const T).add(i * k * n),
+                rsb,
+                csb,
+                (pc as *mut T).add(i * m * n + r0 * n),
+                n as isize,
+                1,
+            )
+        }
+    };
     let threads = threads_for(s);
     let work = s
         .batch
         .saturating_mul(m)
         .saturating_mul(n)
         .saturating_mul(k);
-    if threads <= 1 && work >= DONATE_WORK && donation_enabled() {
-        // Chunks of rows (of every batch entry) that a waiting caller can
-        // take over (see `donation`).
+    if threads > 1 {
+        // Large products: split each matrix's rows over scoped threads.
+        let rows = m.div_ceil(threads);
+        for i in 0..s.batch {
+            std::thread::scope(|scope| {
+                for r0 in (rows..m).step_by(rows) {
+                    scope.spawn(move || block(i, r0, rows.min(m - r0)));
+                }
+                block(i, 0, rows.min(m));
+            });
+        }
+    } else if work >= DONATE_WORK && donation_enabled() {
+        // Mid-size products: row chunks (of every batch entry) that a
+        // waiting caller can take over (see `donation`).
         let parts = m.div_ceil(DONATE_ROWS.max(m.div_ceil(DONATE_PARTS)));
         let rows = m.div_ceil(parts);
-        let (pa, pb, pc) = (a.data as usize, b.data as usize, out as usize);
         super::donation::run_shared(s.batch * parts, move |chunk| {
-            let (i, p) = (chunk / parts, chunk % parts);
-            let r0 = p * rows;
-            let mr = rows.min(m - r0);
-            // SAFETY: rows r0..r0+mr of batch entry i lie inside A and C;
-            // chunks write disjoint blocks of C; the poster waits for all.
-            unsafe {
-                T::mul(
-                    mr,
-                    k,
-                    n,
-                    (pa as *const T).add(i * m * k).offset(r0 as isize * rsa),
-                    rsa,
-                    csa,
-                    (pb as *const T).add(i * k * n),
-                    rsb,
-                    csb,
-                    (pc as *mut T).add(i * m * n + r0 * n),
-                    n as isize,
-                    1,
-                )
-            };
+            let (i, r0) = (chunk / parts, (chunk % parts) * rows);
+            block(i, r0, rows.min(m - r0));
         });
-        return;
-    }
-    for i in 0..s.batch {
-        let pa = (a.data as *const T).wrapping_add(i * m * k);
-        let pb = (b.data as *const T).wrapping_add(i * k * n);
-        let pc = out.wrapping_add(i * m * n);
-        if threads <= 1 {
-            // SAFETY: each batch entry is a whole matrix inside its buffer.
-            unsafe { T::mul(m, k, n, pa, rsa, csa, pb, rsb, csb, pc, n as isize, 1) };
-            continue;
+    } else {
+        for i in 0..s.batch {
+            block(i, 0, m);
         }
-        // Split the rows of the result: each part reads its rows of A and
-        // all of B, and writes a disjoint block of C.
-        let rows = m.div_ceil(threads);
-        let (pa, pb, pc) = (pa as usize, pb as usize, pc as usize);
-        std::thread::scope(|scope| {
-            let part = move |r0: usize| {
-                let mr = rows.min(m - r0);
-                // SAFETY: rows r0..r0+mr of A (offset by the row stride) and
-                // of C are inside their matrices; the blocks of C written by
-                // different parts do not overlap.
-                unsafe {
-                    T::mul(
-                        mr,
-                        k,
-                        n,
-                        (pa as *const T).offset(r0 as isize * rsa),
-                        rsa,
-                        csa,
-                        pb as *const T,
-                        rsb,
-                        csb,
-                        (pc as *mut T).add(r0 * n),
-                        n as isize,
-                        1,
-                    )
-                };
-            };
-            for r0 in (rows..m).step_by(rows) {
-                scope.spawn(move || part(r0));
-            }
-            part(0);
-        });
     }
 }
 
@@ -345,27 +322,21 @@ pub trait Widened: Copy + Default {
     fn narrow(src: &[f32], dst: &mut [Self]);
 }
 
-impl Widened for half::bf16 {
-    fn widen(src: &[Self], dst: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(dst)
-    }
-    fn narrow(src: &[f32], dst: &mut [Self]) {
-        use half::slice::HalfFloatSliceExt;
-        dst.convert_from_f32_slice(src)
-    }
+macro_rules! widened_via_half {
+    ($($t:ty),*) => {$(
+        impl Widened for $t {
+            fn widen(src: &[Self], dst: &mut [f32]) {
+                use half::slice::HalfFloatSliceExt;
+                src.convert_to_f32_slice(dst)
+            }
+            fn narrow(src: &[f32], dst: &mut [Self]) {
+                use half::slice::HalfFloatSliceExt;
+                dst.convert_from_f32_slice(src)
+            }
+        }
+    )*};
 }
-
-impl Widened for half::f16 {
-    fn widen(src: &[Self], dst: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        src.convert_to_f32_slice(dst)
-    }
-    fn narrow(src: &[f32], dst: &mut [Self]) {
-        use half::slice::HalfFloatSliceExt;
-        dst.convert_from_f32_slice(src)
-    }
-}
+widened_via_half!(half::bf16, half::f16);
 
 /// bf16/f16 products the way XLA:CPU computes them: operands widened to
 /// f32, an f32 product with f32 accumulation, the result rounded once.
