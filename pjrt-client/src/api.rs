@@ -139,7 +139,8 @@ impl Api {
         }
     }
 
-    fn destroy_error(&self, err: *mut PJRT_Error) {
+    /// Destroys an error we own without reading it.
+    pub(crate) fn destroy_error(&self, err: *mut PJRT_Error) {
         if let Some(destroy) = self.table.PJRT_Error_Destroy {
             let mut a = ffi::PJRT_Error_Destroy_Args::new();
             a.error = err;

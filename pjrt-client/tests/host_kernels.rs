@@ -257,3 +257,51 @@ fn concurrent_programs_with_work_donation_stay_exact() {
         t.join().unwrap();
     }
 }
+
+/// Products large enough to be split (≥ 2²⁴ multiply-adds), chained so the
+/// second runs after the caller's polling budget: the caller then sleeps in
+/// the donation wait and is woken to take half of it (or, with nobody
+/// waiting, a scoped thread does). Two threads run it at once; every result
+/// must equal the plugin's own dots in the same program, and every call
+/// must return (the `OnReady` wake-up is not lost).
+#[test]
+fn chained_large_products_with_sleeping_callers_stay_exact() {
+    let c = client(1);
+    let t = "tensor<256x256xf32>";
+    let text = format!(
+        "func.func public @main(%a: {t}, %b: {t}) -> ({t}, {t}) {{\n  \
+         %0 = stablehlo.custom_call @hlobridge_gemm_nn(%a, %b) {{api_version = 4 : i32}} : ({t}, {t}) -> {t}\n  \
+         %1 = stablehlo.custom_call @hlobridge_gemm_nt(%0, %b) {{api_version = 4 : i32}} : ({t}, {t}) -> {t}\n  \
+         %2 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] : ({t}, {t}) -> {t}\n  \
+         %3 = stablehlo.dot_general %2, %b, contracting_dims = [1] x [1], precision = [HIGHEST, HIGHEST] : ({t}, {t}) -> {t}\n  \
+         return %1, %3 : {t}, {t}\n}}"
+    );
+    let exe = std::sync::Arc::new(
+        c.compile(&Program::mlir_text(&text), &CompileOptions::default())
+            .unwrap(),
+    );
+    let threads: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (c, exe) = (c.clone(), exe.clone());
+            std::thread::spawn(move || {
+                // Values in [-3, 3) scaled so the chained sums stay O(1).
+                let scale = |v: Vec<f32>| v.into_iter().map(|x| x / 16.0).collect::<Vec<_>>();
+                let a = scale(random_f32(256 * 256, 300 + t));
+                let b = scale(random_f32(256 * 256, 400 + t));
+                let ba = c.buffer_from_host(&a, &[256, 256], None).unwrap();
+                let bb = c.buffer_from_host(&b, &[256, 256], None).unwrap();
+                for _ in 0..10 {
+                    let out = exe.execute(&[&ba, &bb]).unwrap();
+                    assert_close(
+                        &out[0].to_host::<f32>().unwrap(),
+                        &out[1].to_host::<f32>().unwrap(),
+                        2e-3,
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

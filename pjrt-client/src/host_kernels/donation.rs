@@ -15,10 +15,17 @@
 //! This uses a core that would otherwise spin: on this project's 2-core
 //! machine the caller polls while the plugin's worker runs the program, so
 //! a 128³ product is split between the two without waking any thread.
+//!
+//! A caller whose polling budget has run out does not go to sleep in the
+//! plugin: it sleeps here ([`wait_helping`]), and is woken either by the
+//! program's completion ([`wake_waiters`], from the event's `OnReady`
+//! callback) or by a product large enough to be worth a wake-up. So the
+//! products late in a long program get the caller's core too. Kernels ask
+//! [`has_waiters`] to choose between posting work and spawning a thread.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// One posted piece of work: `total` chunks of `run`.
 struct Job {
@@ -29,6 +36,15 @@ struct Job {
 }
 
 static BOARD: Mutex<Option<Arc<Job>>> = Mutex::new(None);
+
+/// Threads inside [`wait_helping`] (polling or asleep).
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+/// Threads asleep in [`wait_helping`]; guarded by `SLEEP` for wake-ups.
+static SLEEPERS: AtomicUsize = AtomicUsize::new(0);
+/// Wake-up generation: bumped under the lock on every wake-up, so that a
+/// sleeper never misses one between its last check and its wait.
+static SLEEP: Mutex<u64> = Mutex::new(0);
+static WAKE: Condvar = Condvar::new();
 
 /// Claims and runs chunks of `job` until none are left; returns whether
 /// this thread ran any.
@@ -51,7 +67,10 @@ fn drain(job: &Job) -> bool {
 
 /// Runs chunks `0..total` of `run`, with help from waiting threads when
 /// there are any. Returns when every chunk has finished.
-pub(crate) fn run_shared(total: usize, run: impl Fn(usize) + Send + Sync + 'static) {
+///
+/// With `wake`, threads asleep in [`wait_helping`] are woken to help: worth
+/// it only for work that takes much longer than a wake-up (tens of µs).
+pub(crate) fn run_shared(total: usize, wake: bool, run: impl Fn(usize) + Send + Sync + 'static) {
     let job = Arc::new(Job {
         total,
         next: AtomicUsize::new(0),
@@ -65,6 +84,10 @@ pub(crate) fn run_shared(total: usize, run: impl Fn(usize) + Send + Sync + 'stat
         }
         _ => false,
     };
+    fence(Ordering::SeqCst);
+    if posted && wake && SLEEPERS.load(Ordering::SeqCst) > 0 {
+        wake_waiters();
+    }
     drain(&job);
     if posted {
         let mut slot = BOARD.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,6 +116,84 @@ pub fn help() -> bool {
     job.is_some_and(|j| drain(&j))
 }
 
+/// Whether donation is on: `HLOBRIDGE_GEMM_DONATE=0` (or `off`, `false`)
+/// keeps every product on the executing thread, and waiting threads then
+/// block in the plugin.
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(),
+            Ok("0") | Ok("off") | Ok("false")
+        )
+    })
+}
+
+/// Whether any thread is waiting for a program in [`wait_helping`], and so
+/// will run posted chunks (if asleep, once woken).
+pub fn has_waiters() -> bool {
+    WAITERS.load(Ordering::Acquire) > 0
+}
+
+/// A thread counted by [`has_waiters`] while this lives: it is about to
+/// poll with [`help`] or to sleep in [`wait_helping`].
+pub struct Waiter(());
+
+impl Waiter {
+    /// Counts the calling thread as waiting.
+    pub fn register() -> Waiter {
+        WAITERS.fetch_add(1, Ordering::AcqRel);
+        Waiter(())
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        WAITERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Wakes every thread asleep in [`wait_helping`]. Called when an awaited
+/// event completes and when large work is posted.
+pub fn wake_waiters() {
+    let mut generation = SLEEP.lock().unwrap_or_else(|e| e.into_inner());
+    *generation = generation.wrapping_add(1);
+    WAKE.notify_all();
+}
+
+/// Waits until `done()` holds, running posted chunks meanwhile. `done` must
+/// turn true only together with a [`wake_waiters`] call made after it
+/// turned true (an event's `OnReady` callback does both), or the wait may
+/// sleep past it.
+pub fn wait_helping(_waiting: &Waiter, done: impl Fn() -> bool) {
+    loop {
+        if done() {
+            return;
+        }
+        if help() {
+            continue;
+        }
+        let generation = SLEEP.lock().unwrap_or_else(|e| e.into_inner());
+        // Counted as asleep before the last checks (and fenced against the
+        // poster's store of its job and load of the count): a job posted
+        // after the check sees the sleeper and wakes it. A wake-up needs
+        // the lock, which the wait below releases atomically, so none is
+        // missed.
+        SLEEPERS.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if done() || BOARD.try_lock().is_ok_and(|slot| slot.is_some()) {
+            SLEEPERS.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let seen = *generation;
+        let guard = WAKE
+            .wait_while(generation, |g| *g == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        SLEEPERS.fetch_sub(1, Ordering::SeqCst);
+        drop(guard);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,7 +218,7 @@ mod tests {
                 .collect();
             for _ in 0..20 {
                 let h = hits.clone();
-                run_shared(257, move |i| {
+                run_shared(257, false, move |i| {
                     h[i].fetch_add(1, Ordering::Relaxed);
                     std::hint::black_box((0..200).sum::<u64>());
                 });
@@ -131,5 +232,51 @@ mod tests {
                 "helpers {helpers}"
             );
         }
+    }
+    /// A thread asleep in `wait_helping` is woken by work posted with
+    /// `wake`, runs a chunk of it, sleeps again, and returns once its
+    /// condition holds and `wake_waiters` is called.
+    #[test]
+    fn a_sleeping_waiter_is_woken_to_help_and_to_return() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        let done = Arc::new(AtomicBool::new(false));
+        let helped = Arc::new(AtomicUsize::new(0));
+        let waiter = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let w = Waiter::register();
+                wait_helping(&w, || done.load(Ordering::Acquire));
+                std::thread::current().id()
+            })
+        };
+        // Until the waiter is registered and asleep.
+        let t = Instant::now();
+        while SLEEPERS.load(Ordering::SeqCst) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "waiter never slept");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(has_waiters());
+        let waiter_id = waiter.thread().id();
+        // Chunks that take long enough for the woken waiter to claim some.
+        for _ in 0..50 {
+            let h = helped.clone();
+            run_shared(8, true, move |_| {
+                if std::thread::current().id() == waiter_id {
+                    h.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            });
+            if helped.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+        }
+        assert!(
+            helped.load(Ordering::Relaxed) > 0,
+            "the sleeping waiter never helped"
+        );
+        done.store(true, Ordering::Release);
+        wake_waiters();
+        assert_eq!(waiter.join().unwrap(), waiter_id);
     }
 }

@@ -287,8 +287,19 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
         .saturating_mul(m)
         .saturating_mul(n)
         .saturating_mul(k);
-    if threads > 1 {
-        // Large products: split each matrix's rows over scoped threads.
+    if threads > 1 && super::donation::enabled() && super::donation::has_waiters() {
+        // Large products while a caller waits for the program: its thread
+        // takes row chunks (woken if asleep) instead of a spawned one.
+        let rows = m.div_ceil(threads);
+        super::donation::run_shared(s.batch * threads, true, move |chunk| {
+            let (i, r0) = (chunk / threads, (chunk % threads) * rows);
+            if r0 < m {
+                block(i, r0, rows.min(m - r0));
+            }
+        });
+    } else if threads > 1 {
+        // Large products nobody waits for: split each matrix's rows over
+        // scoped threads.
         let rows = m.div_ceil(threads);
         for i in 0..s.batch {
             std::thread::scope(|scope| {
@@ -298,12 +309,13 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
                 block(i, 0, rows.min(m));
             });
         }
-    } else if work >= DONATE_WORK && donation_enabled() {
+    } else if work >= DONATE_WORK && super::donation::enabled() {
         // Mid-size products: row chunks (of every batch entry) that a
         // waiting caller can take over (see `donation`).
         let parts = m.div_ceil(DONATE_ROWS.max(m.div_ceil(DONATE_PARTS)));
         let rows = m.div_ceil(parts);
-        super::donation::run_shared(s.batch * parts, move |chunk| {
+        let wake = work >= WAKE_WORK;
+        super::donation::run_shared(s.batch * parts, wake, move |chunk| {
             let (i, r0) = (chunk / parts, (chunk % parts) * rows);
             block(i, r0, rows.min(m - r0));
         });
@@ -391,21 +403,13 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(
 /// Products (all batch entries together) of at least this many
 /// multiply-adds are posted for waiting callers to help with.
 const DONATE_WORK: usize = 1 << 19;
+/// Products of at least this many multiply-adds also wake callers that
+/// sleep while waiting (a wake-up costs tens of µs on small VMs).
+const WAKE_WORK: usize = 1 << 23;
 /// Row chunks per product when donating.
 const DONATE_PARTS: usize = 2;
 /// Fewest rows in a donated chunk.
 const DONATE_ROWS: usize = 16;
-
-/// `HLOBRIDGE_GEMM_DONATE=0` keeps every product on the executing thread.
-fn donation_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(),
-            Ok("0") | Ok("off") | Ok("false")
-        )
-    })
-}
 
 /// Products of at least this many multiply-adds per part are split over
 /// threads (below it, waking a thread costs more than it saves).
