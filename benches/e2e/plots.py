@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -94,8 +95,18 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
     ax.set_title("Stitch (parse + splice + print)")
     if cache:
         ax = axes[0][1]
-        ax.bar(["cold", "warm"], [cache["cold_s"], cache["warm_s"]])
+        sizes = cache.get("sizes", [cache])
+        labels = [z["module"].split("_train")[0].replace("transformer", "T") for z in sizes]
+        x = np.arange(len(sizes))
+        bars = [("hlobridge cold", "cold_s"), ("hlobridge warm", "warm_s"),
+                ("jaxlib cold", "jaxlib_cold_s"), ("jaxlib warm", "jaxlib_warm_s")]
+        bars = [(n, k) for n, k in bars if all(k in z for z in sizes)]
+        w = 0.8 / len(bars)
+        for i, (name, key) in enumerate(bars):
+            ax.bar(x + i * w, [z[key] for z in sizes], w, label=name)
+        ax.set_xticks(x + w * (len(bars) - 1) / 2, labels)
         ax.set_yscale("log")
-        ax.set_ylabel("seconds")
+        ax.set_ylabel("seconds (median)")
         ax.set_title(f"Compile cache ({cache['mode']})")
+        ax.legend(fontsize=7)
     return _save(fig, out)
