@@ -218,31 +218,34 @@ fn half_precision_products_match_the_plugin_dot() {
     }
 }
 
-/// Several threads run GEMM programs at once: products are posted for
-/// donation, waiting callers help with whichever job is on the board (not
-/// necessarily their own), and every result must still equal the plugin's
-/// dot in the same program.
-#[test]
-fn concurrent_programs_with_work_donation_stay_exact() {
-    let c = client(1);
-    let (text, ad, bd) = module("hlobridge_gemm_nn", false, false, &[], 128, 96, 112, "f32");
+/// Runs `exe` on (`a`, `b`) `reps` times from each of `threads` threads,
+/// each with its own random inputs (dims `ad`, `bd`, values scaled by
+/// `scale`); every call's first result must equal its second (the custom
+/// call against the plugin's own dot in the same program).
+fn run_from_threads(
+    c: &pjrt_client::Client,
+    text: &str,
+    (ad, bd): (&[i64], &[i64]),
+    scale: f32,
+    threads: u64,
+    reps: usize,
+) {
     let exe = std::sync::Arc::new(
-        c.compile(&Program::mlir_text(&text), &CompileOptions::default())
+        c.compile(&Program::mlir_text(text), &CompileOptions::default())
             .unwrap(),
     );
-    let threads: Vec<_> = (0..4u64)
+    let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (c, exe, ad, bd) = (c.clone(), exe.clone(), ad.clone(), bd.clone());
+            let (c, exe, ad, bd) = (c.clone(), exe.clone(), ad.to_vec(), bd.to_vec());
             std::thread::spawn(move || {
-                let a = random_f32(ad.iter().product(), 100 + t);
-                let b = random_f32(bd.iter().product(), 200 + t);
-                let ba = c
-                    .buffer_from_host(&a, &[ad[0] as i64, ad[1] as i64], None)
-                    .unwrap();
-                let bb = c
-                    .buffer_from_host(&b, &[bd[0] as i64, bd[1] as i64], None)
-                    .unwrap();
-                for _ in 0..40 {
+                let random = |dims: &[i64], seed: u64| -> Vec<f32> {
+                    let n = dims.iter().product::<i64>() as usize;
+                    random_f32(n, seed).into_iter().map(|x| x * scale).collect()
+                };
+                let (a, b) = (random(&ad, 100 + t), random(&bd, 200 + t));
+                let ba = c.buffer_from_host(&a, &ad, None).unwrap();
+                let bb = c.buffer_from_host(&b, &bd, None).unwrap();
+                for _ in 0..reps {
                     let out = exe.execute(&[&ba, &bb]).unwrap();
                     assert_close(
                         &out[0].to_host::<f32>().unwrap(),
@@ -253,9 +256,24 @@ fn concurrent_programs_with_work_donation_stay_exact() {
             })
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
+    for h in handles {
+        h.join().unwrap();
     }
+}
+
+/// Several threads run GEMM programs at once: products are posted for
+/// donation, waiting callers help with whichever job is on the board (not
+/// necessarily their own), and every result must still equal the plugin's
+/// dot in the same program.
+#[test]
+fn concurrent_programs_with_work_donation_stay_exact() {
+    let c = client(1);
+    let (text, ad, bd) = module("hlobridge_gemm_nn", false, false, &[], 128, 96, 112, "f32");
+    let (ad, bd): (Vec<i64>, Vec<i64>) = (
+        ad.iter().map(|&x| x as i64).collect(),
+        bd.iter().map(|&x| x as i64).collect(),
+    );
+    run_from_threads(&c, &text, (&ad, &bd), 1.0, 4, 40);
 }
 
 /// Products large enough to be split (≥ 2²⁴ multiply-adds), chained so the
@@ -276,32 +294,7 @@ fn chained_large_products_with_sleeping_callers_stay_exact() {
          %3 = stablehlo.dot_general %2, %b, contracting_dims = [1] x [1], precision = [HIGHEST, HIGHEST] : ({t}, {t}) -> {t}\n  \
          return %1, %3 : {t}, {t}\n}}"
     );
-    let exe = std::sync::Arc::new(
-        c.compile(&Program::mlir_text(&text), &CompileOptions::default())
-            .unwrap(),
-    );
-    let threads: Vec<_> = (0..2u64)
-        .map(|t| {
-            let (c, exe) = (c.clone(), exe.clone());
-            std::thread::spawn(move || {
-                // Values in [-3, 3) scaled so the chained sums stay O(1).
-                let scale = |v: Vec<f32>| v.into_iter().map(|x| x / 16.0).collect::<Vec<_>>();
-                let a = scale(random_f32(256 * 256, 300 + t));
-                let b = scale(random_f32(256 * 256, 400 + t));
-                let ba = c.buffer_from_host(&a, &[256, 256], None).unwrap();
-                let bb = c.buffer_from_host(&b, &[256, 256], None).unwrap();
-                for _ in 0..10 {
-                    let out = exe.execute(&[&ba, &bb]).unwrap();
-                    assert_close(
-                        &out[0].to_host::<f32>().unwrap(),
-                        &out[1].to_host::<f32>().unwrap(),
-                        2e-3,
-                    );
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    // Values in [-3, 3) scaled by 1/16 so the chained sums stay O(1).
+    let dims = [256i64, 256];
+    run_from_threads(&c, &text, (&dims, &dims), 1.0 / 16.0, 2, 10);
 }
