@@ -47,3 +47,30 @@ def test_quick_e2e_run_writes_json_and_plots(tmp_path: Path) -> None:
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert png.stat().st_size < 100_000
+
+
+def test_compile_cache_bench_measures_both_sides_in_fresh_processes(tmp_path: Path) -> None:
+    """``benches/compile_cache_bench.py --anchor`` on a tiny generated train
+    step: hlobridge's cold process compiles once and its warm process only
+    loads from disk (the script fails otherwise), the jaxlib anchor's warm
+    process deserializes what its cold process serialized, and every time
+    and ratio it reports is consistent."""
+    module = tmp_path / "tiny_train.mlir"
+    gen = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "tools" / "gen_big_module.py"), "--out", str(module),
+         "--layers", "1", "--d-model", "64", "--heads", "2", "--seq", "16", "--batch", "2",
+         "--vocab", "128", "--accum", "1"],
+        env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    env = dict(os.environ, PJRT_DEVICE="CPU", PYTHONWARNINGS="ignore")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benches" / "compile_cache_bench.py"), "--module", str(module),
+         "--anchor", "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    for side in ("", "jaxlib_"):
+        cold, warm = res[f"{side}cold_s"], res[f"{side}warm_s"]
+        assert cold > 0 and warm > 0, res
+        assert abs(res[f"{side}ratio"] - cold / warm) < 1e-6 * res[f"{side}ratio"], res
+    assert res["entry_bytes"] > res["module_bytes"] > 0  # the entry holds the text and the executable
+    assert res["jaxlib_bytes"] > 0 and res["reps"] == 1
