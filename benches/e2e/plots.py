@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 
 matplotlib.use("Agg")
@@ -90,6 +91,7 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
     ax = axes[0][0]
     ax.plot([r["mb_in"] for r in rows], [r["mb_s"] for r in rows], "o-")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("segment text in (MB)")
     ax.set_ylabel("MB/s (median)")
     ax.set_title("Stitch (parse + splice + print)")
@@ -108,5 +110,7 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
         ax.set_yscale("log")
         ax.set_ylabel("seconds (median)")
         ax.set_title(f"Compile cache ({cache['mode']})")
-        ax.legend(fontsize=7)
+        top = max(z[k] for z in sizes for _, k in bars)
+        ax.set_ylim(top=top * 12)  # room for the legend above the bars
+        ax.legend(fontsize=6, ncol=2, loc="upper left")
     return _save(fig, out)
