@@ -151,6 +151,41 @@ fn a_call_whose_shapes_do_not_multiply_fails_with_a_message() {
     assert_eq!(ok.to_host::<f32>().unwrap(), vec![1.0]);
 }
 
+/// The same refusal, but only after two chained 512³ products (tens of
+/// milliseconds on a CPU): the caller has long stopped polling and sleeps in
+/// the donation wait, so the failure reaches it through the event's
+/// `OnReady` callback. The error must still come back with its message.
+#[test]
+fn a_failure_late_in_a_long_program_reaches_a_sleeping_caller() {
+    let c = client(1);
+    let t = "tensor<512x512xf32>";
+    let text = format!(
+        "func.func public @main(%a: {t}, %b: {t}) -> tensor<512x7xf32> {{\n  \
+         %0 = stablehlo.custom_call @hlobridge_gemm_nn(%a, %b) {{api_version = 4 : i32}} : ({t}, {t}) -> {t}\n  \
+         %1 = stablehlo.custom_call @hlobridge_gemm_nn(%0, %b) {{api_version = 4 : i32}} : ({t}, {t}) -> {t}\n  \
+         %2 = stablehlo.custom_call @hlobridge_gemm_nn(%1, %b) {{api_version = 4 : i32}} : ({t}, {t}) -> tensor<512x7xf32>\n  \
+         return %2 : tensor<512x7xf32>\n}}"
+    );
+    let exe = c
+        .compile(&Program::mlir_text(&text), &CompileOptions::default())
+        .unwrap();
+    let a = c
+        .buffer_from_host(&random_f32(512 * 512, 5), &[512, 512], None)
+        .unwrap();
+    let b = c
+        .buffer_from_host(&random_f32(512 * 512, 6), &[512, 512], None)
+        .unwrap();
+    for _ in 0..3 {
+        let err = exe
+            .execute(&[&a, &b])
+            .and_then(|o| o[0].to_host::<f32>())
+            .unwrap_err();
+        assert!(err.to_string().contains("do not multiply"), "{err}");
+    }
+    let ok = c.buffer_from_host(&[2.0f32], &[1], None).unwrap();
+    assert_eq!(ok.to_host::<f32>().unwrap(), vec![2.0]);
+}
+
 /// bf16 / f16 bit patterns of `x` (round to nearest even; test inputs are finite).
 fn to_half_bits(x: &[f32], bf16: bool) -> Vec<u8> {
     x.iter()
