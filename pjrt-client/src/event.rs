@@ -115,7 +115,9 @@ unsafe extern "C" fn on_ready(error: *mut ffi::PJRT_Error, user_arg: *mut c_void
         donation::wake_waiters();
     }));
     if done.is_err() {
+        // Still mark it ready and wake the waiter, or it would sleep forever.
         signal.ready.store(true, Ordering::Release);
+        let _ = catch_unwind(donation::wake_waiters);
     }
 }
 
