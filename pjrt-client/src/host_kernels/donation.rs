@@ -116,6 +116,16 @@ pub fn help() -> bool {
     job.is_some_and(|j| drain(&j))
 }
 
+/// Whether the board holds a job with chunks nobody has claimed yet (a
+/// fully claimed job stays posted until its poster finishes its own chunk;
+/// a waiter should sleep through that, not spin).
+fn unclaimed_work() -> bool {
+    BOARD.try_lock().is_ok_and(|slot| {
+        slot.as_ref()
+            .is_some_and(|j| j.next.load(Ordering::Acquire) < j.total)
+    })
+}
+
 /// Whether donation is on: `HLOBRIDGE_GEMM_DONATE=0` (or `off`, `false`)
 /// keeps every product on the executing thread, and waiting threads then
 /// block in the plugin.
@@ -181,7 +191,7 @@ pub fn wait_helping(_waiting: &Waiter, done: impl Fn() -> bool) {
         // missed.
         SLEEPERS.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if done() || BOARD.try_lock().is_ok_and(|slot| slot.is_some()) {
+        if done() || unclaimed_work() {
             SLEEPERS.fetch_sub(1, Ordering::SeqCst);
             continue;
         }

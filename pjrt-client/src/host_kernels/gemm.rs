@@ -287,12 +287,26 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
         .saturating_mul(m)
         .saturating_mul(n)
         .saturating_mul(k);
-    if threads > 1 && super::donation::enabled() && super::donation::has_waiters() {
-        // Large products while a caller waits for the program: its thread
-        // takes row chunks (woken if asleep) instead of a spawned one.
-        let rows = m.div_ceil(threads);
-        super::donation::run_shared(s.batch * threads, true, move |chunk| {
-            let (i, r0) = (chunk / threads, (chunk % threads) * rows);
+    let donate = super::donation::enabled();
+    // Row chunks per matrix to post for a waiting caller (see `donation`),
+    // and whether a sleeping caller is worth waking for them:
+    // - large products while a caller waits: one chunk per core, woken,
+    //   instead of a spawned thread;
+    // - mid-size products: a couple of chunks the polling caller can take.
+    let posted = if threads > 1 && donate && super::donation::has_waiters() {
+        Some((threads, true))
+    } else if threads == 1 && donate && work >= DONATE_WORK {
+        Some((
+            m.div_ceil(DONATE_ROWS.max(m.div_ceil(DONATE_PARTS))),
+            work >= WAKE_WORK,
+        ))
+    } else {
+        None
+    };
+    if let Some((parts, wake)) = posted {
+        let rows = m.div_ceil(parts);
+        super::donation::run_shared(s.batch * parts, wake, move |chunk| {
+            let (i, r0) = (chunk / parts, (chunk % parts) * rows);
             if r0 < m {
                 block(i, r0, rows.min(m - r0));
             }
@@ -309,16 +323,6 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
                 block(i, 0, rows.min(m));
             });
         }
-    } else if work >= DONATE_WORK && super::donation::enabled() {
-        // Mid-size products: row chunks (of every batch entry) that a
-        // waiting caller can take over (see `donation`).
-        let parts = m.div_ceil(DONATE_ROWS.max(m.div_ceil(DONATE_PARTS)));
-        let rows = m.div_ceil(parts);
-        let wake = work >= WAKE_WORK;
-        super::donation::run_shared(s.batch * parts, wake, move |chunk| {
-            let (i, r0) = (chunk / parts, (chunk % parts) * rows);
-            block(i, r0, rows.min(m - r0));
-        });
     } else {
         for i in 0..s.batch {
             block(i, 0, m);
