@@ -6,11 +6,16 @@ SHELL := /bin/bash
 export INSTA_UPDATE ?= no
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help setup demo test test-rust test-python bench bench-quick bench-criterion fmt
+.PHONY: help setup demo test test-rust test-python test-1core test-nodonate test-1core-nodonate soak \
+	bench bench-quick bench-criterion fmt
 
 help:
 	@echo "make demo   # set up and run the main job"
 	@echo "make test   # set up and run all tests"
+	@echo "make test-1core           # all tests pinned to one core (taskset -c 0)"
+	@echo "make test-nodonate        # all tests with HLOBRIDGE_GEMM_DONATE=0"
+	@echo "make test-1core-nodonate  # pinned to one core, then pinned with HLOBRIDGE_GEMM_DONATE=0"
+	@echo "make soak MINUTES=N       # N-minute soak from 4 threads (default 2); -> bench-results/soak.json"
 	@echo "make bench  # end-to-end benchmark suite -> bench-results/e2e.json, docs/bench/*.png"
 	@echo "make bench-criterion  # the cargo criterion benches (parse/print, stitch, execute)"
 
@@ -27,6 +32,26 @@ test-rust:
 
 test-python:
 	.venv/bin/python -m pytest -q -W error tests/python
+
+# The same suite on one core (the cargo test harness and pytest's workers
+# follow the affinity mask), and with host-GEMM work donation off. See
+# docs/testing.md.
+test-1core: setup
+	taskset -c 0 $(MAKE) --no-print-directory test-rust test-python
+
+test-nodonate: setup
+	HLOBRIDGE_GEMM_DONATE=0 $(MAKE) --no-print-directory test-rust test-python
+
+test-1core-nodonate: setup
+	taskset -c 0 $(MAKE) --no-print-directory test-rust test-python
+	HLOBRIDGE_GEMM_DONATE=0 taskset -c 0 $(MAKE) --no-print-directory test-rust test-python
+
+# Not part of `make test`: call_jax, torch.compile, compile_train_step and
+# stitching from 4 threads for MINUTES minutes; fails if RSS, open fds or
+# the thread count grow past the stated allowance (docs/testing.md).
+MINUTES ?= 2
+soak: setup
+	.venv/bin/python scripts/soak.py --minutes $(MINUTES)
 
 bench: setup
 	.venv/bin/python benches/e2e/run.py --docs docs/bench
