@@ -318,10 +318,12 @@ def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str
            for t in tensors]
     x64 = jax.config.read("jax_enable_x64")  # type: ignore[no-untyped-call]
     need_x64 = not x64 and any(t.dtype in _X64 for t in tensors)
+    from hlobridge.pallas_auto import lower_traced  # cpu: Pallas kernels lower in interpret mode
+
     t0 = _perf()
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
         traced = jax.jit(main, keep_unused=True).trace(*sds)
-        lowered = traced.lower(lowering_platforms=(platform,))
+        lowered = lower_traced(traced, platform)
         text = lowered.as_text()
     lower_s = _perf() - t0
     out_tree = lowered.out_tree

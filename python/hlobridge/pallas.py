@@ -27,6 +27,11 @@ the ``backend_config``). :func:`find_kernels` re-discovers them in any module
 text (a stitched program, or its ``format_module`` round-trip), which is how a
 stitched program proves that its kernels survived.
 
+Inside ``call_jax``, ``torch.compile`` and ``compile_train_step`` on the
+``cpu`` platform, a kernel written without ``interpret=True`` is lowered in
+interpret mode automatically (:mod:`hlobridge.pallas_auto`); its record says
+``backend="interpret"``, ``auto_interpret=True``.
+
 A kernel that cannot be lowered for the target raises
 :class:`PallasLoweringError` naming the kernel(s) and the reason, unless the
 caller asked for ``fallback="interpret"``; the segment then says so
@@ -38,6 +43,7 @@ MLIR context) of the pinned jax 0.10.x.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import warnings
@@ -106,6 +112,11 @@ class KernelRecord:
     """MLIR types of the custom call's operands (interpret: of the ``pallas_call``)."""
     result_types: tuple[str, ...]
     """MLIR types of its results."""
+    auto_interpret: bool = False
+    """``True`` when the kernel was written without ``interpret=True`` (for
+    GPU/TPU) and hlobridge lowered it in interpret mode because the lowering
+    platform is ``cpu`` (``call_jax``, ``torch.compile``,
+    ``compile_train_step``; see :mod:`hlobridge.pallas_auto`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -359,7 +370,13 @@ def kernels_in(closed_jaxpr: Any, module_text: str, target: str) -> tuple[Kernel
     calls, _, _ = _custom_calls(module_text)
     kernel_calls = [c for c in calls if c.target in _CUSTOM_CALL_BACKENDS]
     backend = "interpret" if not kernel_calls else _CUSTOM_CALL_BACKENDS[kernel_calls[0].target]
-    return _records(eqns, names, kernel_calls, target, backend)
+    records = _records(eqns, names, kernel_calls, target, backend)
+    if backend != "interpret" or target != "cpu":
+        return records
+    # On cpu a kernel written without interpret=True was interpreted by
+    # hlobridge (pallas_auto): the jaxpr keeps it as written.
+    return tuple(dataclasses.replace(r, auto_interpret=True) if not e.params.get("interpret") else r
+                 for r, e in zip(records, eqns))
 
 
 # -------------------------------------------------------------- tracing --

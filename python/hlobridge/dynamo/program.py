@@ -304,15 +304,17 @@ class CompiledGraph:
         specs = [types[h] for h in piece.inputs]
         sds = [jax.ShapeDtypeStruct(s, _DTYPES[d][1]) for s, d in specs]  # type: ignore[no-untyped-call]
         need_x64 = any(d in _X64 for _, d in specs)
+        from hlobridge.pallas_auto import lower_traced, producer_of  # cpu: Pallas in interpret mode
+
         with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
-            lowered = (jax.jit(fn.flat, keep_unused=True).trace(*sds)
-                       .lower(lowering_platforms=(self.platform,)))
+            traced = jax.jit(fn.flat, keep_unused=True).trace(*sds)
+            lowered = lower_traced(traced, self.platform)
             text = lowered.as_text()
         out_info = jax.tree_util.tree_leaves(lowered.out_info)
         for h, info in zip(piece.outputs, out_info):
             dt = _torch_dtype(info.dtype)
             types[h] = (tuple(info.shape), dt)
-        return (piece.name, "jax", text, "main", piece.inputs, piece.outputs)
+        return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
 
 
 class _ListTree:
