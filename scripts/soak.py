@@ -29,7 +29,11 @@ fails (exit 1, with a message naming the resource) when
 * end fds  > baseline fds + ``--fd-allow``
 * end threads > baseline threads + ``--thread-allow``
 
-or when any call raised or gave a wrong result. The summary (calls per kind,
+or when any call raised or gave a wrong result, or when the run stalls: no
+call finished for ``--stall-s`` seconds (the Python stacks of every thread
+are printed, exit 1), or the sampler itself could not run for that long (a
+deadlock holding the GIL: ``faulthandler``'s watchdog, which needs no GIL,
+prints the stacks and exits 1). The summary (calls per kind,
 resources at start / baseline / end, min / max) is printed and written as JSON
 (``--json``, default ``bench-results/soak.json``).
 
@@ -40,6 +44,7 @@ Usage: ``make soak MINUTES=20`` or
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import statistics
@@ -239,6 +244,8 @@ def main() -> int:
     ap.add_argument("--rss-allow-frac", type=float, default=0.05)
     ap.add_argument("--fd-allow", type=int, default=2)
     ap.add_argument("--thread-allow", type=int, default=2)
+    ap.add_argument("--stall-s", type=float, default=180.0,
+                    help="fail when no call finishes (or the sampler cannot run) for this long")
     ap.add_argument("--json", type=Path, default=ROOT / "bench-results" / "soak.json")
     a = ap.parse_args()
 
@@ -246,6 +253,13 @@ def main() -> int:
     warmup = a.warmup_s if a.warmup_s is not None else min(120.0, 0.2 * duration)
     t_start = time.monotonic()
     start = sample()
+    # Until the summary replaces it: a run killed by the watchdog (or by
+    # anything else) leaves a failed record, never a stale pass.
+    a.json.parent.mkdir(parents=True, exist_ok=True)
+    a.json.write_text(json.dumps({"minutes": a.minutes, "threads": a.threads, "passed": False,
+                                  "failures": ["the run did not finish (killed, or stopped by the "
+                                               "stall watchdog: see its stderr)"]}, indent=1))
+    faulthandler.dump_traceback_later(max(600.0, a.stall_s), exit=True)  # setup compiles
     print(f"[soak] setting up {a.threads} workers (compiles happen here)", flush=True)
     workers = [Worker(i) for i in range(a.threads)]
     for w in workers:  # first call of every kind in this thread: compiles, checks
@@ -280,7 +294,13 @@ def main() -> int:
         t.start()
     samples: list[dict[str, float]] = []
     next_print = t0 + 30
+    last_calls, last_progress = -1, t0
+    stalled = ""
     while not stop.is_set():
+        # Re-armed every sample: if this loop cannot run for --stall-s
+        # (a native deadlock that holds the GIL), the C watchdog thread
+        # dumps every thread's Python stack and exits the process with 1.
+        faulthandler.dump_traceback_later(a.stall_s, exit=True)
         now = time.monotonic()
         if now - t0 >= duration:
             break
@@ -288,20 +308,31 @@ def main() -> int:
         s["t"] = round(now - t0, 2)
         s["calls"] = sum(sum(w.n.values()) for w in workers)
         samples.append(s)
+        if s["calls"] != last_calls:
+            last_calls, last_progress = s["calls"], now
+        elif now - last_progress > a.stall_s:
+            stalled = f"no call finished for {now - last_progress:.0f}s (calls stuck at {last_calls})"
+            print(f"[soak] STALLED: {stalled}; stacks of every thread:", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(all_threads=True)
+            break
         if now >= next_print:
             print(f"[soak] t={s['t']:.0f}s calls={s['calls']} rss={s['rss_mib']:.1f} MiB "
                   f"fds={s['fds']} threads={s['threads']}", flush=True)
             next_print = now + 30
         stop.wait(a.sample_s)
+    faulthandler.cancel_dump_traceback_later()
     stop.set()
+    deadline = time.monotonic() + (5.0 if stalled else 120.0)
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
     hung = [t.name for t in threads if t.is_alive()]
 
     after = [s for s in samples if s["t"] >= warmup]
     failures: list[str] = []
+    if stalled:
+        failures.append(f"stalled: {stalled} (stacks above)")
     if hung:
-        failures.append(f"threads still running 120 s after stop: {hung}")
+        failures.append(f"threads still running after stop: {hung}")
     if errors:
         failures.append(f"{len(errors)} call(s) failed; first:\n{errors[0]}")
     summary: dict[str, Any] = {
@@ -336,7 +367,6 @@ def main() -> int:
     summary["passed"] = not failures
     summary["failures"] = failures
 
-    a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(summary, indent=1))
     print("\n== soak summary")
     print(f"  {a.minutes:g} min, {a.threads} threads, {summary['cpus']} cpu(s), "
@@ -350,7 +380,9 @@ def main() -> int:
         print(line)
     print(f"  json: {a.json}")
     if failures:
-        print("\nSOAK FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
+        print("\nSOAK FAILED:\n  " + "\n  ".join(failures), file=sys.stderr, flush=True)
+        if hung:  # worker threads stuck in native code: do not wait for them at exit
+            os._exit(1)
         return 1
     print("  PASSED: RSS, fds and threads flat; every checked result matched eager torch")
     return 0
