@@ -34,7 +34,9 @@ class Segment:
     name: str
     """The function's qualified name."""
     producer: str
-    """Which frontend lowered it (``"jax"``, later ``"torch"``)."""
+    """Which frontend lowered it: ``"torch"``, ``"jax"``, or ``"pallas"`` for
+    JAX code that embeds Pallas kernels (their records, with backend and
+    ``auto_interpret``, are on :class:`hlobridge.stitching.KernelSegment`)."""
     fingerprint: str
     """Content fingerprint of the compiled module text and options."""
     num_inputs: int
