@@ -113,10 +113,13 @@ pub(crate) unsafe fn handle(
     match catch_unwind(AssertUnwindSafe(|| body(&f))) {
         Ok(Ok(())) => ptr::null_mut(),
         Ok(Err(msg)) => make_error(raw.api, XLA_FFI_Error_Code_INVALID_ARGUMENT, &msg),
-        Err(_) => make_error(
+        Err(payload) => make_error(
             raw.api,
             XLA_FFI_Error_Code_INTERNAL,
-            "hlobridge host kernel panicked",
+            &format!(
+                "hlobridge host kernel panicked: {}",
+                super::donation::panic_message(payload.as_ref())
+            ),
         ),
     }
 }

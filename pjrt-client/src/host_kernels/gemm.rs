@@ -143,23 +143,19 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
         XLA_FFI_DataType_F32 => {
             // SAFETY: the dims were checked against each other and the
             // buffers are XLA's row-major allocations of those dims.
-            unsafe { gemm_typed::<f32>(&a, &b, &c, s, ta, tb) };
-            Ok(())
+            unsafe { gemm_typed::<f32>(&a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_F64 => {
             // SAFETY: as above.
-            unsafe { gemm_typed::<f64>(&a, &b, &c, s, ta, tb) };
-            Ok(())
+            unsafe { gemm_typed::<f64>(&a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_BF16 => {
             // SAFETY: as above.
-            unsafe { gemm_widened::<half::bf16>(&a, &b, &c, s, ta, tb) };
-            Ok(())
+            unsafe { gemm_widened::<half::bf16>(&a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_F16 => {
             // SAFETY: as above.
-            unsafe { gemm_widened::<half::f16>(&a, &b, &c, s, ta, tb) };
-            Ok(())
+            unsafe { gemm_widened::<half::f16>(&a, &b, &c, s, ta, tb) }
         }
         other => Err(format!(
             "hlobridge_gemm supports f32, f64, bf16 and f16, got XLA_FFI_DataType {other}"
@@ -231,7 +227,21 @@ impl GemmElement for f64 {
     }
 }
 
-/// Runs every product of the batch.
+/// Test hook (see [`set_panic_at_row_for_tests`]): a block of rows that
+/// contains this row panics. `usize::MAX`: off.
+static PANIC_AT_ROW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+
+/// For tests only: makes every block of a product (whole matrix or donated
+/// row chunk) that contains result row `row` panic, to check that such a
+/// panic, on any thread, fails the kernel call instead of reporting success
+/// with rows never written. `None` turns it off. Process-wide.
+#[doc(hidden)]
+pub fn set_panic_at_row_for_tests(row: Option<usize>) {
+    PANIC_AT_ROW.store(row.unwrap_or(usize::MAX), std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Runs every product of the batch. Fails (with the panic's message) if
+/// any block of rows panicked, on whichever thread ran it.
 ///
 /// # Safety
 /// `a`, `b`, `c` must be row-major buffers of the dims `s` was derived from,
@@ -243,16 +253,16 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
     s: GemmShape,
     ta: bool,
     tb: bool,
-) {
+) -> Result<(), String> {
     let (m, n, k) = (s.m, s.n, s.k);
     let out = c.data as *mut T;
     if m == 0 || n == 0 || s.batch == 0 {
-        return;
+        return Ok(());
     }
     if k == 0 {
         // SAFETY: the result holds batch*m*n elements.
         unsafe { std::slice::from_raw_parts_mut(out, s.batch * m * n).fill(T::default()) };
-        return;
+        return Ok(());
     }
     let (rsa, csa) = if ta { (1, m as isize) } else { (k as isize, 1) };
     let (rsb, csb) = if tb { (1, k as isize) } else { (n as isize, 1) };
@@ -260,6 +270,10 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
     // Rows r0..r0+mr of batch entry i: every path below runs the product as
     // such blocks (one per matrix, or row chunks of it).
     let block = move |i: usize, r0: usize, mr: usize| {
+        let bad = PANIC_AT_ROW.load(std::sync::atomic::Ordering::Relaxed);
+        if bad != usize::MAX && (r0..r0 + mr).contains(&bad) {
+            panic!("test hook: rows {r0}..{} of batch entry {i} panic", r0 + mr);
+        }
         // SAFETY: `s` was checked against the buffers' dims, so rows
         // r0..r0+mr (r0 + mr <= m) of batch entry i lie inside A and C; the
         // callers below give concurrent blocks disjoint rows of C and wait
@@ -310,23 +324,46 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
             if r0 < m {
                 block(i, r0, rows.min(m - r0));
             }
-        });
+        })
     } else if threads > 1 {
         // Large products nobody waits for: split each matrix's rows over
-        // scoped threads.
+        // scoped threads, which compute under this thread's floating-point
+        // state (XLA's workers flush subnormals; a fresh thread would not).
         let rows = m.div_ceil(threads);
+        let fp = super::fp_env::FpEnv::current();
         for i in 0..s.batch {
-            std::thread::scope(|scope| {
-                for r0 in (rows..m).step_by(rows) {
-                    scope.spawn(move || block(i, r0, rows.min(m - r0)));
-                }
-                block(i, 0, rows.min(m));
+            let joined = std::thread::scope(|scope| {
+                let others: Vec<_> = (rows..m)
+                    .step_by(rows)
+                    .map(|r0| {
+                        scope.spawn(move || {
+                            let _fp = fp.enter();
+                            block(i, r0, rows.min(m - r0))
+                        })
+                    })
+                    .collect();
+                // Our own block's panic is caught here so the scope still
+                // joins the others before the failure is reported.
+                let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    block(i, 0, rows.min(m))
+                }));
+                std::iter::once(own)
+                    .chain(others.into_iter().map(|h| h.join()))
+                    .find_map(Result::err)
             });
+            if let Some(payload) = joined {
+                return Err(format!(
+                    "host kernel row block panicked: {}",
+                    super::donation::panic_message(payload.as_ref())
+                ));
+            }
         }
+        Ok(())
     } else {
         for i in 0..s.batch {
             block(i, 0, m);
         }
+        Ok(())
     }
 }
 
@@ -366,15 +403,26 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(
     s: GemmShape,
     ta: bool,
     tb: bool,
-) {
+) -> Result<(), String> {
     let (na, nb, nc) = (
         s.batch * s.m * s.k,
         s.batch * s.k * s.n,
         s.batch * s.m * s.n,
     );
-    let mut wa = vec![0f32; na];
-    let mut wb = vec![0f32; nb];
-    let mut wc = vec![0f32; nc];
+    // Allocation failure must not abort the plugin's process: it becomes
+    // the kernel's error.
+    let zeros = |n: usize| -> Result<Vec<f32>, String> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).map_err(|_| {
+            format!(
+                "Out of memory allocating {} bytes (f32 copy of a 16-bit GEMM operand)",
+                n.saturating_mul(4)
+            )
+        })?;
+        v.resize(n, 0f32);
+        Ok(v)
+    };
+    let (mut wa, mut wb, mut wc) = (zeros(na)?, zeros(nb)?, zeros(nc)?);
     // SAFETY: the buffers hold exactly these element counts (checked dims).
     unsafe {
         if na > 0 {
@@ -395,13 +443,14 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(
         view(&mut wc, c.dims),
     );
     // SAFETY: the widened copies have the operands' dims.
-    unsafe { gemm_typed::<f32>(&va, &vb, &vc, s, ta, tb) };
+    unsafe { gemm_typed::<f32>(&va, &vb, &vc, s, ta, tb)? };
     if nc > 0 {
         // SAFETY: the result holds `nc` elements.
         T::narrow(&wc, unsafe {
             std::slice::from_raw_parts_mut(c.data as *mut T, nc)
         });
     }
+    Ok(())
 }
 
 /// Products (all batch entries together) of at least this many
@@ -500,7 +549,8 @@ mod tests {
                     ta,
                     tb,
                 )
-            };
+            }
+            .unwrap();
             let want = naive(&a, &b, m, k, n, ta, tb);
             for (x, y) in c.iter().zip(&want) {
                 assert!((x - y).abs() < 1e-12, "{ta} {tb}: {x} vs {y}");

@@ -12,6 +12,7 @@
 
 pub mod donation;
 mod frame;
+pub mod fp_env;
 pub mod gemm;
 pub mod xla_ffi;
 
