@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils.dlpack import from_dlpack
 
 from hlobridge import _native
@@ -115,10 +116,15 @@ class CompiledGraph:
         self._boxed_call = True
         self.gm = gm
         self.label = label
-        self.random_inputs: list[RandomInput] = lift_random_inputs(gm)
-        """Random ops cut out of the graph: drawn in torch and appended to
-        the inputs on every call (:mod:`hlobridge.dynamo.random_inputs`)."""
-        self.partition: Partition = partition(gm)
+        # AOTAutograd calls its compilers with its FakeTensorMode active, but
+        # the graph's ``get_attr`` constants (tensors a model creates in
+        # ``forward``, e.g. Hugging Face's ``torch.tensor([])``) are real:
+        # any op on them (``detach``) must run outside fake mode.
+        with unset_fake_temporarily():
+            self.random_inputs: list[RandomInput] = lift_random_inputs(gm)
+            """Random ops cut out of the graph: drawn in torch and appended
+            to the inputs on every call (:mod:`hlobridge.dynamo.random_inputs`)."""
+            self.partition: Partition = partition(gm)
         self.programs: dict[tuple[Any, ...], Program] = {}
         self.platform = _native.runtime().platform
         self._last: Program | None = None
