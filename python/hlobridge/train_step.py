@@ -69,6 +69,11 @@ class TrainStep:
 
     def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
                  optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None) -> None:
+        from hlobridge.distributed_guard import check_train_step_model
+
+        # DDP/FSDP would be silently wrong here (no gradient all-reduce):
+        # refused, or a one-rank DDP unwrapped (docs/distributed.md).
+        model = check_train_step_model(model)
         self.model = model
         self.has_aux = has_aux
         self.loss_fn = loss_fn
@@ -294,5 +299,14 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
     With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` where ``aux``
     is a pytree of tensors (logits, metrics...), computed in the same
     program and returned as ``(loss, aux)``.
+
+    Under ``torch.distributed`` (``docs/distributed.md``): a model wrapped in
+    ``DistributedDataParallel`` over more than one rank, in FSDP
+    (``FullyShardedDataParallel`` or ``fully_shard``), or with DTensor
+    parameters raises
+    :class:`~hlobridge.dynamo.errors.DistributedNotSupportedError` (the step
+    would skip the gradient all-reduce); a top-level DDP over one rank is
+    unwrapped (``.module``). A collective anywhere in the step raises
+    :class:`~hlobridge.dynamo.errors.CollectiveNotSupportedError`.
     """
     return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name)

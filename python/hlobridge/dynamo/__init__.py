@@ -18,17 +18,21 @@ import torch
 
 from hlobridge import custom_op  # noqa: F401  (registers hlobridge::call_jax)
 from hlobridge.dynamo.errors import (
+    CollectiveNotSupportedError,
     CompileBackendError,
     DataDependentError,
+    DistributedNotSupportedError,
     InputMutationError,
     UnsupportedOpError,
 )
 from hlobridge.dynamo.program import CompiledGraph, StitchedSegment, compiled_graphs
 
 __all__ = [
+    "CollectiveNotSupportedError",
     "CompileBackendError",
     "CompiledGraph",
     "DataDependentError",
+    "DistributedNotSupportedError",
     "InputMutationError",
     "StitchedSegment",
     "UnsupportedOpError",
@@ -55,6 +59,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
     inference compilers."""
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
+
+    from hlobridge.distributed_guard import check_fx_collectives
+
+    # Collectives are refused before AOTAutograd traces them (they would
+    # compile to one-device no-ops; docs/distributed.md).
+    check_fx_collectives(gm)
 
     # Core aten: the op set torch_xla lowers best (as its own export path).
     decompositions = core_aten_decompositions()

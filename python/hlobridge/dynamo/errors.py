@@ -10,6 +10,8 @@ __all__ = [
     "UnsupportedOpError",
     "DataDependentError",
     "InputMutationError",
+    "DistributedNotSupportedError",
+    "CollectiveNotSupportedError",
 ]
 
 
@@ -30,3 +32,18 @@ class DataDependentError(CompileBackendError):
 class InputMutationError(CompileBackendError):
     """The graph mutates one of its inputs in place, which a StableHLO program
     (pure: new outputs only) cannot express."""
+
+
+class DistributedNotSupportedError(CompileBackendError):
+    """A ``torch.distributed`` setup hlobridge would run silently wrong:
+    :func:`hlobridge.compile_train_step` on a model wrapped in
+    ``DistributedDataParallel`` (process group of more than one rank) or FSDP,
+    or with DTensor parameters. The message says what to do instead
+    (``docs/distributed.md``)."""
+
+
+class CollectiveNotSupportedError(UnsupportedOpError):
+    """A collective (``_c10d_functional.all_reduce``, ``wait_tensor``, ...,
+    or its lowering ``stablehlo.all_reduce``/``all_gather``/...) in a graph
+    hlobridge would compile for one device, where it does nothing. The
+    message names the op(s) and says what to do instead."""

@@ -73,9 +73,13 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 def check_graph(gm: torch.fx.GraphModule) -> None:
-    """Refuse what cannot be one pure program: in-place mutation of graph
+    """Refuse what cannot be one pure program: collectives (one-device
+    no-ops, :mod:`hlobridge.distributed_guard`), in-place mutation of graph
     inputs, data-dependent shapes/values, random ops (their seed would be
     baked in)."""
+    from hlobridge.distributed_guard import check_fx_collectives
+
+    check_fx_collectives(gm)
     placeholders = {n for n in gm.graph.nodes if n.op == "placeholder"}
     for node in gm.graph.nodes:
         if node.op != "call_function":

@@ -285,6 +285,12 @@ class CompiledGraph:
                      consts: dict[str, torch.Tensor], segs: list[Any], engines: list[str]
                      ) -> tuple[str, str, str, str, list[str], list[str]]:
         lowered = get_engine().lower(piece.gm, [types[h] for h in piece.inputs])
+        # Backstop behind the FX-level refusal: a collective torch_xla
+        # lowered would be a one-replica no-op (docs/distributed.md).
+        from hlobridge.distributed_guard import check_stablehlo_collectives
+
+        check_stablehlo_collectives(lowered.text, f"hlobridge backend ({self.label}, "
+                                                  f"{piece.name})")
         handles: list[str] = []
         for k, p in enumerate(lowered.params):
             if isinstance(p, int):
