@@ -136,6 +136,9 @@ fn check(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Mutants checked at least, whatever the time budget.
+const MIN_MUTANTS: u64 = 200;
+
 #[test]
 fn mutants_never_panic_or_hang() {
     let seeds = seeds();
@@ -148,7 +151,10 @@ fn mutants_never_panic_or_hang() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < budget {
+    // The budget bounds the time; at least MIN_MUTANTS run however slow the
+    // machine (a loaded one-core run included), so the check never depends
+    // on the CPU's speed.
+    while start.elapsed() < budget || n < MIN_MUTANTS {
         let seed = &seeds[rng.below(seeds.len())];
         let text = mutate(&mut rng, seed);
         let t0 = Instant::now();
@@ -159,12 +165,13 @@ fn mutants_never_panic_or_hang() {
             Ok(Err(msg)) => panic!("mutant #{n} violates round trip: {msg}\n--- input:\n{text}"),
             Err(_) => panic!("mutant #{n} panicked\n--- input:\n{text}"),
         }
+        // Generous: a mutant parses and prints in milliseconds; this only
+        // flags pathological (super-linear) behaviour, never a slow CPU.
         assert!(
-            took < Duration::from_secs(2),
+            took < Duration::from_secs(30),
             "mutant #{n} took {took:?} (hang?)\n--- input:\n{text}"
         );
         n += 1;
     }
-    assert!(n > 100, "only {n} mutants ran");
     eprintln!("{n} mutants checked in {:?}", start.elapsed());
 }

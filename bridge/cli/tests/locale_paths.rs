@@ -96,7 +96,10 @@ fn utf8_names_and_locales_give_the_same_bytes() {
         seen.push((pretty, json, values));
     }
     let text = String::from_utf8(seen[0].0.clone()).unwrap();
-    assert!(text.contains("dense<1.500000e+00>") || text.contains("dense<1.5"), "{text}");
+    assert!(
+        text.contains("dense<1.500000e+00>") || text.contains("dense<1.5"),
+        "{text}"
+    );
     assert!(!text.contains("1,5"), "decimal comma in {text}");
     for s in &seen[1..] {
         assert_eq!(s, &seen[0], "output differs between locales");
@@ -114,7 +117,9 @@ fn non_utf8_file_names_are_read_and_reported() {
     let pretty = ok(cli("C", &["fmt".as_ref(), good.as_os_str()]), "fmt");
     assert!(String::from_utf8(pretty).unwrap().contains("stablehlo.add"));
 
-    let broken = dir.join(OsString::from_vec([b"err\xfe ".as_slice(), b".mlir"].concat()));
+    let broken = dir.join(OsString::from_vec(
+        [b"err\xfe ".as_slice(), b".mlir"].concat(),
+    ));
     std::fs::write(&broken, MODULE.replace("%a, %b", "%nope, %b")).unwrap();
     let out = cli("C", &["fmt".as_ref(), broken.as_os_str()]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
