@@ -25,6 +25,12 @@
 //! becomes its own [`Check`]); checks inside nested regions (loop bodies,
 //! branches) or in functions that are never called are reported as
 //! [`ConformError::Unsupported`].
+//!
+//! [`raw::rewrite_checks_text`] does the same by editing the module text
+//! (no parse, no print), for running the file's own text on a plugin as the
+//! reference of differential conformance.
+
+pub mod raw;
 
 use crate::ir::{AttrId, Attribute, BlockId, Location, Module, OpId, Type, TypeId, ValueId};
 use rustc_hash::FxHashMap;
@@ -515,31 +521,49 @@ fn int_attr(m: &Module, op: OpId, name: &str) -> Result<Option<u64>, String> {
 }
 
 fn check_kind(m: &Module, op: OpId, target: &str) -> Result<CheckKind, String> {
+    let tolerance = match m.op_attr(op, "tolerance").map(|a| m.attr(a)) {
+        None => None,
+        Some(Attribute::Float { text, .. }) => {
+            Some(parse_float(text).ok_or_else(|| format!("bad `tolerance` value {text}"))?)
+        }
+        Some(Attribute::Integer { text, .. }) => Some(
+            crate::parse::parse_int_text(text)
+                .map(|v| v as f64)
+                .ok_or_else(|| format!("bad `tolerance` value {text}"))?,
+        ),
+        Some(_) => return Err("`tolerance` is not a number".into()),
+    };
+    check_kind_from(
+        target,
+        int_attr(m, op, "min_ulp_difference")?,
+        int_attr(m, op, "max_ulp_difference")?,
+        tolerance,
+    )
+}
+
+/// The comparison of check `target` from its (optional) attributes, with
+/// the interpreter's defaults; shared by the parsed and the raw rewrite.
+pub(crate) fn check_kind_from(
+    target: &str,
+    min_ulp: Option<u64>,
+    max_ulp: Option<u64>,
+    tolerance: Option<f64>,
+) -> Result<CheckKind, String> {
     match target {
         "check.expect_eq" | "check.eq" | "check.expect_eq_const" => Ok(CheckKind::Eq),
         "check.expect_close" => Ok(CheckKind::Close {
-            min_ulp_difference: int_attr(m, op, "min_ulp_difference")?.unwrap_or(DEFAULT_MIN_ULP),
-            max_ulp_difference: int_attr(m, op, "max_ulp_difference")?.unwrap_or(DEFAULT_MAX_ULP),
+            min_ulp_difference: min_ulp.unwrap_or(DEFAULT_MIN_ULP),
+            max_ulp_difference: max_ulp.unwrap_or(DEFAULT_MAX_ULP),
         }),
-        "check.expect_almost_eq" | "check.expect_almost_eq_const" => {
-            let tolerance = match m.op_attr(op, "tolerance").map(|a| m.attr(a)) {
-                None => DEFAULT_TOLERANCE,
-                Some(Attribute::Float { text, .. }) => {
-                    parse_float(text).ok_or_else(|| format!("bad `tolerance` value {text}"))?
-                }
-                Some(Attribute::Integer { text, .. }) => crate::parse::parse_int_text(text)
-                    .map(|v| v as f64)
-                    .ok_or_else(|| format!("bad `tolerance` value {text}"))?,
-                Some(_) => return Err("`tolerance` is not a number".into()),
-            };
-            Ok(CheckKind::AlmostEq { tolerance })
-        }
+        "check.expect_almost_eq" | "check.expect_almost_eq_const" => Ok(CheckKind::AlmostEq {
+            tolerance: tolerance.unwrap_or(DEFAULT_TOLERANCE),
+        }),
         other => Err(format!("unknown check `{other}`")),
     }
 }
 
 /// A float literal: decimal/exponent, or a hex bit pattern (f64 or f32).
-fn parse_float(text: &str) -> Option<f64> {
+pub(crate) fn parse_float(text: &str) -> Option<f64> {
     if let Some(h) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
         let bits = u64::from_str_radix(h, 16).ok()?;
         return Some(if h.len() <= 8 {
