@@ -3,10 +3,13 @@ zero-copy, caching, receipts and errors.
 
 Inputs are fresh random tensors each run; the seed is printed in every
 failure message (set HLOBRIDGE_TEST_SEED to replay). Tolerances: float32
-results are compared with rtol=1e-5/atol=1e-6 against jax.jit (same XLA
-kernels, so usually bit-identical) and rtol=1e-4/atol=1e-5 against torch
-eager (different kernels); half precision types with the tolerances given at
-each test.
+elementwise results are compared with rtol=1e-5/atol=1e-6 against jax.jit
+(jaxlib's XLA and the plugin's generate the same elementwise code) and
+rtol=1e-4/atol=1e-5 against torch eager (different kernels); products are
+compared with jax.jit within ``dot_atol(K)`` (the plugin runs them in
+hlobridge's host GEMM kernels, jaxlib in Eigen's: a different summation
+order, whose blocking also depends on the CPU's vector ISA); half precision
+types with the tolerances given at each test.
 
 Run:  .venv/bin/python -m pytest -W error tests/python/test_call_jax.py -q
 """
@@ -45,6 +48,16 @@ def close(a: torch.Tensor, b: object, rtol: float = 1e-5, atol: float = 1e-6) ->
     torch.testing.assert_close(a, b_t, rtol=rtol, atol=atol, msg=lambda m: f"seed={SEED}: {m}")
 
 
+def dot_atol(k: int) -> float:
+    """Absolute tolerance between two float32 products of length ``k`` of
+    standard-normal entries summed in different orders: the worst-case
+    rounding bound of recursive summation, k·2^-24·sum|x_i w_i|, with the
+    sum taken at its expectation k·2/pi (about 4e-5 at k=32; observed
+    differences are far smaller). It depends only on k, not on the CPU's
+    kernels."""
+    return k * 2.0**-24 * k * (2 / np.pi)
+
+
 def jax_ref(fn, *args, **kwargs):
     """jax.jit(fn) on numpy copies of the torch inputs, outputs as numpy
     (x64 enabled when an input is 64-bit, as call_jax does)."""
@@ -80,8 +93,8 @@ def f_dense(x, w, b):
 def test_matmul_matches_jax_and_torch(gen):
     x, w, b = randn(gen, 64, 32), randn(gen, 32, 16), randn(gen, 16)
     out = hb.call_jax(f_dense, x, w, b)
-    close(out, jax_ref(f_dense, x, w, b))
-    close(out, torch.tanh(x @ w + b), rtol=1e-4, atol=1e-5)
+    close(out, jax_ref(f_dense, x, w, b), atol=dot_atol(32))
+    close(out, torch.tanh(x @ w + b), rtol=1e-4, atol=dot_atol(32))
 
 
 def test_pytrees_in_and_out(gen):
