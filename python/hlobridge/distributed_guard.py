@@ -50,7 +50,8 @@ COLLECTIVE_NAMESPACES = frozenset(
     {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor"})
 """Operator namespaces whose ops communicate between processes."""
 
-_FUNCOL_MODULES = ("torch.distributed._functional_collectives", "torch.distributed.distributed_c10d")
+_FUNCOL_MODULES = ("torch.distributed._functional_collectives",
+                   "torch.distributed.distributed_c10d")
 
 _WHAT_INSTEAD = (
     "hlobridge compiles single-process, single-device programs; it has no scale-out support "
@@ -71,7 +72,8 @@ def world_size(group: Any = None) -> int:
 
 
 def _wrapper_kind(m: torch.nn.Module) -> str | None:
-    """``"DDP"``, ``"FSDP"`` (FSDP1), ``"fully_shard"`` (FSDP2) or None."""
+    """The distributed wrapper ``m`` is, for messages (DDP, FSDP1, FSDP2),
+    or None."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -179,9 +181,8 @@ def check_fx_collectives(gm: torch.fx.GraphModule, where: str = "hlobridge backe
 
 _COLLECTIVE_OP = re.compile(
     r"\b(?:stablehlo|mhlo)\.(all_reduce|all_gather|reduce_scatter|collective_permute|"
-    r"all_to_all|collective_broadcast)\b"
-    r"|\"(?:stablehlo|mhlo)\.(all_reduce|all_gather|reduce_scatter|collective_permute|"
-    r"all_to_all|collective_broadcast)\"")
+    r"all_to_all|collective_broadcast)\b")
+"""Pretty (``stablehlo.all_reduce``) and generic (``"stablehlo.all_reduce"``) forms."""
 _NUM = {k: re.compile(rf"\bmhlo\.{k}\s*=\s*(\d+)") for k in ("num_replicas", "num_partitions")}
 _GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)\s*=\s*dense<([^>]*)>")
 
@@ -194,10 +195,10 @@ def check_stablehlo_collectives(text: str, where: str = "hlobridge backend") -> 
     ``mhlo.num_replicas``/``num_partitions`` module attributes, 1 when
     absent; hlobridge runs every program on one device), or empty
     (``dense<>``) or single-member replica groups. One regex scan per text."""
-    ops = sorted({a or b for a, b in _COLLECTIVE_OP.findall(text)})
+    ops = sorted(set(_COLLECTIVE_OP.findall(text)))
     if not ops:
         return
-    counts = {}
+    counts: dict[str, int] = {}
     for k, rx in _NUM.items():
         m = rx.search(text)
         counts[k] = int(m.group(1)) if m else 1
