@@ -152,6 +152,11 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list
     segments: list[tuple[str, str, str, str, list[str], list[str]]] = []
     if pending:
         torch_text = _X._get_stablehlo(pending, "", [], False).decode()
+        # A torch_xla collective (xm.all_reduce, ...) lowers to a one-replica
+        # no-op here: refuse it by name instead of computing a wrong value.
+        from hlobridge.distributed_guard import check_stablehlo_collectives
+
+        check_stablehlo_collectives(torch_text, where="call_jax on torch_xla lazy tensors")
         segments.append((TORCH_SEGMENT, "torch", torch_text, "main",
                          [f"p{k}" for k in range(num_graph_inputs)],
                          [f"t{k}" for k in range(len(pending))]))
