@@ -209,6 +209,10 @@ def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) ->
 def _call_jax_op(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """Run the registered JAX function ``key`` on ``tensors`` (eager impl)."""
     fn = lookup(key)
+    if key not in _templates:
+        # Run for real while traced (make_fx(tracing_mode="real")): the fake
+        # implementation never ran, so record the output structure here.
+        signature(key, [(tuple(t.shape), t.dtype) for t in tensors])
     with torch.no_grad():
         outs = jax_bridge.call_jax(fn.flat, *[t.detach() for t in tensors])
     return list(outs)

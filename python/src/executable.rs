@@ -8,6 +8,12 @@
 //! defined twice) share one compilation. The cache is unbounded; use
 //! `clear_compile_cache()` to drop it.
 //!
+//! Lock rule (for every lock in this extension): never emit a `tracing`
+//! event, call into Python, or drop anything whose destructor may do either
+//! while a Rust lock is held. Events are forwarded to Python `logging` under
+//! the GIL, and Python code can hand the GIL to another thread, which may be
+//! waiting for that lock with the GIL held: a process-wide deadlock.
+//!
 //! Behind it sits the persistent cache ([`crate::disk_cache`]): on an
 //! in-memory miss the serialized executable is looked up on disk (keyed by
 //! plugin identity, options and text) and deserialized; a real compile
@@ -186,10 +192,14 @@ pub fn compile(
     key.extend_from_slice(&(encoded.len() as u64).to_le_bytes());
     key.extend_from_slice(&encoded);
     key.extend_from_slice(text.as_bytes());
-    if let Some(hit) = lock(cache()).get(&key) {
+    // The guard is a temporary of this statement: the lock is released
+    // before anything below logs (a `tracing` event takes the GIL, and
+    // Python may hand the GIL to a thread waiting for this lock).
+    let hit = lock(cache()).get(&key).cloned();
+    if let Some(hit) = hit {
         stats::CACHE_HITS.add(1);
         tracing::debug!(fingerprint = %hit.fingerprint, "compile cache hit");
-        return Ok((Executable { inner: hit.clone() }, true));
+        return Ok((Executable { inner: hit }, true));
     }
     let fp = fingerprint(&key);
     let cfg = Config::from_env();
@@ -210,6 +220,9 @@ pub fn compile(
                     return Ok(c);
                 }
             }
+            // Refused in a forked child whose parent had compiled (XLA
+            // would abort): see crate::runtime.
+            runtime::check_compile()?;
             let t0 = Instant::now();
             let lowered = lowering
                 .as_ref()
@@ -262,11 +275,20 @@ pub fn compile(
         );
     }
     // Another thread may have compiled the same module meanwhile: keep the
-    // first entry so every caller shares one executable.
-    let entry = lock(cache())
-        .entry(key)
-        .or_insert_with(|| Arc::new(compiled))
-        .clone();
+    // first entry so every caller shares one executable. The duplicate is
+    // dropped after the lock is released (destroying an executable may log).
+    let (entry, duplicate) = {
+        let mut c = lock(cache());
+        match c.get(&key) {
+            Some(first) => (first.clone(), Some(compiled)),
+            None => {
+                let e = Arc::new(compiled);
+                c.insert(key, e.clone());
+                (e, None)
+            }
+        }
+    };
+    drop(duplicate);
     Ok((Executable { inner: entry }, false))
 }
 
@@ -274,9 +296,11 @@ pub fn compile(
 /// still referenced from Python stay valid.
 #[pyfunction]
 pub fn clear_compile_cache() -> usize {
-    let mut c = lock(cache());
-    let n = c.len();
-    c.clear();
+    // Taken out under the lock, dropped after it: destroying executables
+    // may log, and nothing may log while a Rust lock is held.
+    let old = std::mem::take(&mut *lock(cache()));
+    let n = old.len();
+    drop(old);
     n
 }
 
@@ -340,4 +364,11 @@ pub fn compile_cache_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// In a forked child: forgets every cached executable without destroying it
+/// (they belong to the client inherited from the parent, which must never
+/// be touched here; see [`crate::runtime`]).
+pub(crate) fn leak_for_fork() {
+    std::mem::forget(std::mem::take(&mut *lock(cache())));
 }

@@ -5,8 +5,15 @@
 //! owner)`; the Rust side knows nothing about torch. An input whose pointer
 //! is 64-byte aligned (what the CPU plugin requires) becomes a PJRT view of
 //! that memory (`create_view`): no copy. The view's `on_delete` callback
-//! holds a reference to the owner (e.g. the torch tensor), so the memory
-//! stays alive for as long as PJRT may read it, even past this call. Any
+//! holds a reference to the owner, so the memory stays alive for as long as
+//! PJRT may read it, even past this call. An owner with an
+//! `untyped_storage()` method (a torch tensor) is replaced by its storage,
+//! and the pointer is checked to lie inside that storage: holding only the
+//! tensor would not do, since another thread can swap the tensor's storage
+//! (`set_`, `.data = ...`) while the GIL is released and free the memory
+//! PJRT reads. (A concurrent `resize_` that grows the storage reallocates
+//! it in place, which no reference can prevent: like any concurrent write
+//! to an input, it is the caller's race.) Any
 //! other input (unaligned, or empty) is copied into a fresh device buffer,
 //! and counted. The caller guarantees the memory is dense (C-contiguous)
 //! and valid for the shape's byte size.
@@ -95,6 +102,7 @@ pub fn execute(
                 "input {i}: null data pointer for {nbytes} bytes"
             )));
         }
+        let owner = storage_of(py, i, owner, ptr, nbytes)?;
         let view = nbytes > 0 && ptr % VIEW_ALIGNMENT == 0;
         let owner = if view {
             Some(owner)
@@ -121,6 +129,44 @@ pub fn execute(
     Ok((caps, ran.pointers, nviews, ran.copies, ran.seconds))
 }
 
+/// The object that keeps input `i`'s memory alive: a torch tensor's
+/// `untyped_storage()` (after checking that `ptr..ptr + nbytes` lies inside
+/// it: the tensor may have been given another storage since Python read its
+/// pointer), anything else as it is.
+fn storage_of(
+    py: Python<'_>,
+    i: usize,
+    owner: PyObject,
+    ptr: usize,
+    nbytes: usize,
+) -> PyResult<PyObject> {
+    let o = owner.bind(py);
+    let Ok(method) = o.getattr(pyo3::intern!(py, "untyped_storage")) else {
+        return Ok(owner);
+    };
+    if !method.is_callable() {
+        return Ok(owner);
+    }
+    let storage = method.call0()?;
+    if nbytes > 0 {
+        let base: usize = storage
+            .call_method0(pyo3::intern!(py, "data_ptr"))?
+            .extract()?;
+        let size: usize = storage
+            .call_method0(pyo3::intern!(py, "nbytes"))?
+            .extract()?;
+        let inside = ptr >= base && ptr - base <= size && size - (ptr - base) >= nbytes;
+        if !inside {
+            return Err(ArgumentError::new_err(format!(
+                "input {i}: its {nbytes} bytes at {ptr:#x} are not inside the tensor's storage \
+                 ({size} bytes at {base:#x}); was the tensor given another storage \
+                 (set_, resize_, .data = ...) during the call?"
+            )));
+        }
+    }
+    Ok(storage.unbind())
+}
+
 /// Runs `exe` on prepared inputs with the GIL released, then (GIL held)
 /// releases the views and updates the process-wide counters. The shared
 /// core of [`execute`] and the `call_jax` fast path.
@@ -129,6 +175,8 @@ pub(crate) fn run_counted(
     exe: &pjrt_client::LoadedExecutable,
     inputs: Vec<Input>,
 ) -> PyResult<Ran> {
+    // A program compiled before this process was forked cannot run here.
+    crate::runtime::check_client(exe.client())?;
     let n = inputs.len();
     let mut ran = py
         .allow_threads(move || run(exe, inputs))

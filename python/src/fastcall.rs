@@ -6,15 +6,25 @@
 //! outputs and writing the receipt cost more than the execution itself, so
 //! the common case runs here:
 //!
-//! 1. every positional argument is a plain `torch.Tensor` (or `Parameter`)
-//!    that is on the CPU, contiguous, and not tracked by autograd, and there
-//!    are no keyword arguments;
+//! 1. no torch mode is active (no `TorchDispatchMode` on the dispatch
+//!    stack: `make_fx`'s proxy mode, `FakeTensorMode`, functionalization;
+//!    no enabled `TorchFunctionMode`; no functorch transform such as `vmap`,
+//!    `grad` or `functionalize`), every positional argument is a plain
+//!    `torch.Tensor` (or `Parameter`) that is on the CPU, strided,
+//!    contiguous, has a storage, and is not tracked by autograd, and there
+//!    are no keyword arguments. Under a mode the call must be seen by it
+//!    (traced, faked, batched), which only the general path does: running
+//!    it here would bake an eager result into a traced graph;
 //! 2. `(fn, x64 flag, each tensor's dtype and shape)` names an entry that the
 //!    Python slow path registered with [`fast_register`] after it lowered and
 //!    compiled that signature;
 //! 3. the tensors are executed on zero-copy views ([`crate::execute`]), and
 //!    the outputs become torch tensors through torch's DLPack importer, put
-//!    back into the function's output structure.
+//!    back into the function's output structure. Each input's *storage*
+//!    (`untyped_storage()`), not just the tensor, is held until PJRT is done
+//!    with its memory: another thread may `set_()` the tensor or assign
+//!    `.data` while the GIL is released, and the storage object keeps the
+//!    old memory alive.
 //!
 //! Anything else (pytrees, kwargs, static arguments, gradients, complex or
 //! unusual tensors, a new signature) answers the `MISS` sentinel and Python
@@ -53,6 +63,58 @@ struct Refs {
 }
 
 static REFS: GILOnceCell<Refs> = GILOnceCell::new();
+
+/// The torch state the fast path checks on every call (found on first use;
+/// `None` if this torch lacks one of them: then the fast path declines
+/// every call).
+struct Guards {
+    /// `torch._C._len_torch_dispatch_stack` (user and infra modes: proxy,
+    /// fake, functional).
+    dispatch_stack_len: PyObject,
+    /// `torch._C._is_torch_function_mode_enabled`.
+    function_mode_enabled: PyObject,
+    /// `torch._C._functorch.maybe_current_level` (`None` outside
+    /// transforms).
+    functorch_level: PyObject,
+    /// `torch.strided`.
+    strided: PyObject,
+}
+
+static GUARDS: GILOnceCell<Option<Guards>> = GILOnceCell::new();
+
+fn guards(py: Python<'_>) -> Option<&Guards> {
+    GUARDS
+        .get_or_init(py, || {
+            let found = (|| -> PyResult<Guards> {
+                let c = py.import("torch._C")?;
+                Ok(Guards {
+                    dispatch_stack_len: c.getattr("_len_torch_dispatch_stack")?.unbind(),
+                    function_mode_enabled: c.getattr("_is_torch_function_mode_enabled")?.unbind(),
+                    functorch_level: py
+                        .import("torch._C._functorch")?
+                        .getattr("maybe_current_level")?
+                        .unbind(),
+                    strided: py.import("torch")?.getattr("strided")?.unbind(),
+                })
+            })();
+            match found {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::warn!(error = %e, "call_jax fast path disabled: torch lacks a mode query");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Whether a torch dispatch mode, function mode or functorch transform is
+/// active on this thread.
+fn torch_mode_active(py: Python<'_>, g: &Guards) -> PyResult<bool> {
+    Ok(g.dispatch_stack_len.bind(py).call0()?.extract::<usize>()? > 0
+        || g.function_mode_enabled.bind(py).call0()?.is_truthy()?
+        || !g.functorch_level.bind(py).call0()?.is_none())
+}
 
 /// One compiled signature of one function.
 struct Entry {
@@ -160,6 +222,13 @@ pub fn fast_call<'py>(
         ));
     };
     let miss = || Ok(refs.miss.clone_ref(py));
+    let Some(guards) = guards(py) else {
+        return miss();
+    };
+    if torch_mode_active(py, guards)? {
+        return miss();
+    }
+    let strided = guards.strided.bind(py);
     let (owner, func) = owner_of(refs, f)?;
     let grad = refs.is_grad_enabled.bind(py).call0()?.is_truthy()?;
     let x64 = refs
@@ -176,19 +245,28 @@ pub fn fast_call<'py>(
         if !(ty.is(tensor_type) || ty.is(parameter_type)) {
             return miss();
         }
-        if !a.getattr(intern!(py, "is_cpu"))?.is_truthy()?
-            || !a.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
-            || (grad && a.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
-        {
+        // A tensor these queries fail on (sparse, nested, wrapped) is not
+        // for the fast path: the general path gives the clear error.
+        let plain = (|| -> PyResult<Option<(Bound<'py, PyAny>, Vec<i64>)>> {
+            if !a.getattr(intern!(py, "is_cpu"))?.is_truthy()?
+                || !a.getattr(intern!(py, "layout"))?.is(strided)
+                || !a.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
+                || (grad && a.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
+            {
+                return Ok(None);
+            }
+            let dtype = a.getattr(intern!(py, "dtype"))?;
+            let shape = a.getattr(intern!(py, "shape"))?;
+            let shape = shape.downcast::<PyTuple>()?;
+            let mut dims = Vec::with_capacity(shape.len());
+            for d in shape.iter() {
+                dims.push(d.extract::<i64>()?);
+            }
+            Ok(Some((dtype, dims)))
+        })();
+        let Ok(Some((dtype, dims))) = plain else {
             return miss();
-        }
-        let dtype = a.getattr(intern!(py, "dtype"))?;
-        let shape = a.getattr(intern!(py, "shape"))?;
-        let shape = shape.downcast::<PyTuple>()?;
-        let mut dims = Vec::with_capacity(shape.len());
-        for d in shape.iter() {
-            dims.push(d.extract::<i64>()?);
-        }
+        };
         hash.add(dtype.as_ptr() as u64);
         hash.add(dims.len() as u64);
         for &d in &dims {
@@ -220,6 +298,12 @@ pub fn fast_call<'py>(
     let mut inputs = Vec::with_capacity(n);
     let mut unused_owners = Vec::new();
     for (i, (t, _, dims)) in tensors.into_iter().enumerate() {
+        // The storage keeps the memory alive if another thread swaps the
+        // tensor's storage (`set_`, `.data = ...`) while the GIL is
+        // released. Taken before the pointer, with no Python code between.
+        let Ok(storage) = t.call_method0(intern!(py, "untyped_storage")) else {
+            return miss();
+        };
         let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
         let nbytes = entry.nbytes[i];
         let view = nbytes > 0 && ptr.is_multiple_of(VIEW_ALIGNMENT);
@@ -227,9 +311,10 @@ pub fn fast_call<'py>(
             return miss();
         }
         let owner = if view {
-            Some(t.unbind())
+            Some(storage.unbind())
         } else {
-            unused_owners.push(t);
+            // Copied with the GIL released: the storage must live until then.
+            unused_owners.push(storage);
             None
         };
         inputs.push(Input {
@@ -367,4 +452,13 @@ pub fn fast_forget(owner_id: usize) -> usize {
 pub fn fast_clear() -> usize {
     let all = std::mem::take(&mut *table().lock().unwrap_or_else(|e| e.into_inner()));
     all.values().map(Vec::len).sum()
+}
+
+/// In a forked child: forgets every fast-path entry without dropping it
+/// (their executables belong to the client inherited from the parent; see
+/// [`crate::runtime`]).
+pub(crate) fn leak_for_fork() {
+    std::mem::forget(std::mem::take(
+        &mut *table().lock().unwrap_or_else(|e| e.into_inner()),
+    ));
 }
