@@ -53,6 +53,12 @@ class DtypeError(ArgumentError):
 class BufferDeletedError(BridgeError):
     """A buffer was used after it was deleted or donated."""
 
+class ForkError(BridgeError):
+    """The process was forked after hlobridge created its PJRT client, and the
+    inherited client (or a program compiled on it) cannot be used here; start
+    workers with the ``spawn`` or ``forkserver`` method
+    (``HLOBRIDGE_AFTER_FORK=error|reinit``)."""
+
 def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
 ) -> str:
@@ -80,6 +86,10 @@ class Runtime:
 def runtime() -> Runtime:
     """The process-wide runtime, created on first call (plugin discovery and
     client creation run once, with the GIL released)."""
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork(after_in_child=...)`` hook (installed at import):
+    forget the inherited client's compiled programs without destroying them."""
 
 class Executable:
     """A compiled, loaded program."""

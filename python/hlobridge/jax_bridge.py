@@ -46,6 +46,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import types
@@ -145,6 +146,21 @@ def _table(owner: Any) -> dict[Any, Any]:
     _fn_tables[oid] = (ref, table)
     return table
 
+
+# Compiled signatures inherited through fork(): their executables belong to
+# the parent's PJRT client, which a child must never use or destroy (see
+# hlobridge._native's runtime docs). Kept alive here, never freed.
+_inherited_tables: list[dict[int, tuple[Any, dict[Any, Any]]]] = []
+
+
+def _forget_programs_after_fork() -> None:
+    """``os.register_at_fork(after_in_child=...)``: start the child with no
+    compiled signatures, so that its calls compile on its own client."""
+    _inherited_tables.append(dict(_fn_tables))
+    _fn_tables.clear()
+
+
+os.register_at_fork(after_in_child=_forget_programs_after_fork)
 
 _MISS = object()
 _fast_call = _native.fast_call

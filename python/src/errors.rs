@@ -14,7 +14,8 @@
 //! │   └── CompileError      PJRT_Client_Compile failed
 //! ├── ArgumentError         bad inputs: count, shape, device, size, layout
 //! │   └── DtypeError        unsupported or mismatched element type
-//! └── BufferDeletedError    a buffer used after it was deleted or donated
+//! ├── BufferDeletedError    a buffer used after it was deleted or donated
+//! └── ForkError             the PJRT client was inherited through fork()
 //! ```
 
 use pyo3::create_exception;
@@ -94,6 +95,14 @@ create_exception!(
     BridgeError,
     "A buffer was used after it was deleted or donated."
 );
+create_exception!(
+    _native,
+    ForkError,
+    BridgeError,
+    "The process was forked after hlobridge created its PJRT client, and the inherited client \
+     (or a program compiled on it) cannot be used here; start workers with the 'spawn' or \
+     'forkserver' method."
+);
 
 /// `FileError(BridgeError, OSError)`, built at module init (pyo3's
 /// `create_exception!` takes a single base).
@@ -138,6 +147,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ArgumentError", py.get_type::<ArgumentError>())?;
     m.add("DtypeError", py.get_type::<DtypeError>())?;
     m.add("BufferDeletedError", py.get_type::<BufferDeletedError>())?;
+    m.add("ForkError", py.get_type::<ForkError>())?;
     Ok(())
 }
 
@@ -189,7 +199,13 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
         | E::InvalidArgument(_) => ArgumentError::new_err(msg),
         E::BufferDeleted { .. } => BufferDeletedError::new_err(msg),
         E::Decode { .. } => PjrtError::new_err(msg),
-        E::Io(_) => file_error(msg),
+        E::Io(io) => match io
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<crate::runtime::ForkRefusal>())
+        {
+            Some(refusal) => ForkError::new_err(refusal.0.clone()),
+            None => file_error(msg),
+        },
     }
 }
 

@@ -68,6 +68,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<executable::Executable>()?;
     m.add_function(wrap_pyfunction!(runtime::runtime, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::_after_fork_in_child, m)?)?;
+    runtime::install_fork_handlers(m)?;
     m.add_function(wrap_pyfunction!(executable::compile, m)?)?;
     m.add_function(wrap_pyfunction!(executable::clear_compile_cache, m)?)?;
     m.add_function(wrap_pyfunction!(executable::compile_cache_info, m)?)?;
