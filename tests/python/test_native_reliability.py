@@ -177,6 +177,7 @@ _STORAGE_SWAP = """
     import os, gc, threading, time, torch, jax.numpy as jnp, hlobridge as hb
     torch.manual_seed(int(os.environ["HLOBRIDGE_TEST_SEED"]))
     N = 1 << 22   # 16 MiB per input: its own mmap, unmapped when freed
+    KW = os.environ["SWAP_PATH"] == "general"   # keyword args: the general path
     def f(a, b):
         for _ in range(4):
             a = jnp.sin(a) * b + jnp.cos(b) * a
@@ -186,8 +187,9 @@ _STORAGE_SWAP = """
             a = torch.sin(a) * b + torch.cos(b) * a
         return a
     a, b = torch.randn(N), torch.randn(N)
-    hb.call_jax(f, a, b)   # compiled before the race
-    t0 = time.perf_counter(); hb.call_jax(f, a, b); run_s = time.perf_counter() - t0
+    call = (lambda a, b: hb.call_jax(f, a, b=b)) if KW else (lambda a, b: hb.call_jax(f, a, b))
+    call(a, b)   # compiled before the race
+    t0 = time.perf_counter(); call(a, b); run_s = time.perf_counter() - t0
     box = {"t": None, "k": 0}
     go, done = threading.Event(), threading.Event()
     def swapper():
@@ -205,6 +207,10 @@ _STORAGE_SWAP = """
                 t.data = torch.empty(3)
             box["k"] += 1
             gc.collect()
+            # Reuse whatever was freed: a dangling read sees NaNs, if the
+            # unmapped memory does not crash it first.
+            junk = [torch.full((N,), float("nan")) for _ in range(3)]
+            del junk
             done.set()
     th = threading.Thread(target=swapper)
     th.start()
@@ -214,7 +220,7 @@ _STORAGE_SWAP = """
             want = eager(a, b)
             box["t"] = a if i % 2 else b
             go.set()
-            got = hb.call_jax(f, a, b)
+            got = call(a, b)
             done.wait(); done.clear()
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     finally:
@@ -225,7 +231,11 @@ _STORAGE_SWAP = """
 """
 
 
-def test_storage_swap_during_a_call_keeps_inputs_alive() -> None:
-    p = run_child(_STORAGE_SWAP, timeout=300)
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_storage_swap_during_a_call_keeps_inputs_alive(path: str) -> None:
+    # Every allocation of 1 MiB or more is its own mapping, unmapped on free
+    # (glibc otherwise raises the threshold and keeps freed memory mapped).
+    p = run_child(_STORAGE_SWAP, timeout=300, MALLOC_MMAP_THRESHOLD_="1048576",
+                  SWAP_PATH=path)
     assert p.returncode == 0, f"seed={SEED} rc={p.returncode}\n{p.stderr[-4000:]}"
     assert p.stdout.startswith("ok 10 "), p.stdout
