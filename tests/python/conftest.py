@@ -5,7 +5,7 @@ Environment knobs:
   HLOBRIDGE_REQUIRE_BIN=1  fail instead of skip when no binary is found (implied by CI=true)
   HLOBRIDGE_CORPUS_SAMPLE  check only every k-th corpus file so that about N files remain (quick runs)
   HLOBRIDGE_SKIP_LIVE=1    do not generate live jax/torch modules at collection time
-  HLOBRIDGE_TEST_WORKERS   worker processes (default: min(2, cpus))
+  HLOBRIDGE_TEST_WORKERS   worker processes (default: min(2, cores in this process's affinity mask))
 
 HLOBRIDGE_CACHE_DIR is always set to a fresh temporary directory (see below).
 """

@@ -187,7 +187,7 @@ class Checker:
 
     def __init__(self, binary: Path, workers: int | None = None):
         self.binary = binary
-        self.workers = workers or int(os.environ.get("HLOBRIDGE_TEST_WORKERS", min(2, os.cpu_count() or 1)))
+        self.workers = workers or int(os.environ.get("HLOBRIDGE_TEST_WORKERS", min(2, len(os.sched_getaffinity(0)))))
         self._results: dict[str, dict] = {}
         self._pool = None
 
