@@ -10,7 +10,9 @@
 //! configuration only warnings and errors are printed.
 //!
 //! Events emitted while the GIL is released re-acquire it for the hand-off;
-//! events after the interpreter has shut down go to stderr instead.
+//! events after the interpreter has shut down go to stderr instead. A
+//! `KeyboardInterrupt` raised by the hand-off (a Ctrl-C that arrived while
+//! the GIL was released) is re-armed, never swallowed.
 
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
@@ -91,7 +93,17 @@ impl<S: Subscriber> Layer<S> for PythonLogging {
                     .call_method1("log", (level, msg.0.as_str()))?;
                 Ok(())
             })();
-            if sent.is_err() {
+            if let Err(e) = sent {
+                // Running Python code (the logging call) also runs pending
+                // signal handlers: a Ctrl-C that arrived while the GIL was
+                // released surfaces here as KeyboardInterrupt. Swallowing it
+                // would lose the interrupt, so trip SIGINT again: Python
+                // raises it at its next check, after this native call.
+                if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    // SAFETY: called with the GIL held; it only records the
+                    // signal for the interpreter's next check.
+                    unsafe { pyo3::ffi::PyErr_SetInterrupt() };
+                }
                 eprintln!("{logger}: {}", msg.0);
             }
         });
