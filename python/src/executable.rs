@@ -19,7 +19,7 @@
 //! plugin identity, options and text) and deserialized; a real compile
 //! stores its serialized executable there.
 
-use crate::disk_cache::{self, Config, Key};
+use crate::disk_cache::{self, Config, Key, Store};
 use crate::errors::pjrt_to_py;
 use crate::runtime;
 use crate::stats;
@@ -210,13 +210,20 @@ pub fn compile(
     };
     let compiled = py
         .allow_threads(|| {
+            let host = if cfg.enabled {
+                disk_cache::host_id()
+            } else {
+                String::new()
+            };
             let dkey = Key {
                 plugin: ident,
+                host: &host,
                 options: &encoded,
                 text,
             };
-            if cfg.enabled {
-                if let Some(c) = load_from_disk(&rt, &cfg, &dkey, &fp) {
+            let store = disk_cache::open(&cfg);
+            if let Some(store) = &store {
+                if let Some(c) = load_from_disk(&rt, store, &dkey, &fp) {
                     return Ok(c);
                 }
             }
@@ -249,9 +256,9 @@ pub fn compile(
                 compile_s: t0.elapsed().as_secs_f64(),
                 from_disk: false,
             };
-            if cfg.enabled {
+            if let Some(store) = &store {
                 match compiled.exe.serialize() {
-                    Ok(bytes) => disk_cache::store(&cfg, &dkey, &bytes),
+                    Ok(bytes) => store.store(&dkey, &bytes),
                     Err(e) => tracing::warn!(error = %e, "compile cache: the plugin cannot serialize executables; not cached on disk"),
                 }
             }
@@ -322,9 +329,9 @@ fn plugin_identity(rt: &runtime::Shared) -> &'static str {
 
 /// The executable for `key` from the disk cache, or `None` (miss, or an
 /// entry that does not deserialize: logged, deleted, compile instead).
-fn load_from_disk(rt: &runtime::Shared, cfg: &Config, key: &Key<'_>, fp: &str) -> Option<Compiled> {
+fn load_from_disk(rt: &runtime::Shared, store: &Store, key: &Key<'_>, fp: &str) -> Option<Compiled> {
     let t0 = Instant::now();
-    let bytes = disk_cache::load(&cfg.dir, key)?;
+    let bytes = store.load(key)?;
     match rt.client.deserialize_executable(&bytes, None) {
         Ok(exe) => Some(Compiled {
             exe,
@@ -333,20 +340,21 @@ fn load_from_disk(rt: &runtime::Shared, cfg: &Config, key: &Key<'_>, fp: &str) -
             from_disk: true,
         }),
         Err(e) => {
-            let path = disk_cache::entry_path(&cfg.dir, key);
+            let path = disk_cache::entry_path(store.dir(), key);
             tracing::warn!(
                 path = %path.display(),
                 error = %e,
                 "compile cache: entry does not deserialize (corrupt or incompatible); deleting it and compiling"
             );
-            disk_cache::discard(&path);
+            store.discard(key);
             None
         }
     }
 }
 
 /// The persistent compile cache: `dir`, `enabled`, `entries`, `bytes`,
-/// `max_bytes`, `disk_hits` and `disk_writes` (this process).
+/// `max_bytes`, `disk_hits` and `disk_writes` (this process), and `host`
+/// (the host identity in every key).
 #[pyfunction]
 pub fn compile_cache_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let cfg = Config::from_env();
@@ -359,6 +367,7 @@ pub fn compile_cache_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("max_bytes", cfg.max_bytes)?;
     d.set_item("disk_hits", stats::DISK_CACHE_HITS.get())?;
     d.set_item("disk_writes", disk_cache::DISK_WRITES.get())?;
+    d.set_item("host", disk_cache::host_id())?;
     Ok(d)
 }
 

@@ -10,8 +10,9 @@
 //!    stack: `make_fx`'s proxy mode, `FakeTensorMode`, functionalization;
 //!    no enabled `TorchFunctionMode`; no functorch transform such as `vmap`,
 //!    `grad` or `functionalize`), every positional argument is a plain
-//!    `torch.Tensor` (or `Parameter`) that is on the CPU, strided,
-//!    contiguous, has a storage, and is not tracked by autograd, and there
+//!    `torch.Tensor` (or `Parameter`) that is on the CPU, contiguous, has a
+//!    storage (so not sparse, nested, MKL-DNN or a functorch wrapper), and
+//!    is not tracked by autograd, and there
 //!    are no keyword arguments. Under a mode the call must be seen by it
 //!    (traced, faked, batched), which only the general path does: running
 //!    it here would bake an eager result into a traced graph;
@@ -76,8 +77,6 @@ struct Guards {
     /// `torch._C._functorch.maybe_current_level` (`None` outside
     /// transforms).
     functorch_level: PyObject,
-    /// `torch.strided`.
-    strided: PyObject,
 }
 
 static GUARDS: GILOnceCell<Option<Guards>> = GILOnceCell::new();
@@ -94,7 +93,6 @@ fn guards(py: Python<'_>) -> Option<&Guards> {
                         .import("torch._C._functorch")?
                         .getattr("maybe_current_level")?
                         .unbind(),
-                    strided: py.import("torch")?.getattr("strided")?.unbind(),
                 })
             })();
             match found {
@@ -228,7 +226,6 @@ pub fn fast_call<'py>(
     if torch_mode_active(py, guards)? {
         return miss();
     }
-    let strided = guards.strided.bind(py);
     let (owner, func) = owner_of(refs, f)?;
     let grad = refs.is_grad_enabled.bind(py).call0()?.is_truthy()?;
     let x64 = refs
@@ -249,7 +246,6 @@ pub fn fast_call<'py>(
         // for the fast path: the general path gives the clear error.
         let plain = (|| -> PyResult<Option<(Bound<'py, PyAny>, Vec<i64>)>> {
             if !a.getattr(intern!(py, "is_cpu"))?.is_truthy()?
-                || !a.getattr(intern!(py, "layout"))?.is(strided)
                 || !a.call_method0(intern!(py, "is_contiguous"))?.is_truthy()?
                 || (grad && a.getattr(intern!(py, "requires_grad"))?.is_truthy()?)
             {

@@ -79,10 +79,10 @@ def test_second_process_loads_from_disk(tmp_path: Path) -> None:
 
 def _payload_offset(data: bytes) -> int:
     """Offset of the serialized executable in a cache entry (after the
-    magic, three length-prefixed key parts and the payload length)."""
-    assert data[:8] == b"HLBXC001"
+    magic, four length-prefixed key parts and the payload length)."""
+    assert data[:8] == b"HLBXC002"
     off = 8
-    for _ in range(3):
+    for _ in range(4):
         (n,) = struct.unpack_from("<Q", data, off)
         off += 8 + n
     return off + 8
