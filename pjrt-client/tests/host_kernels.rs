@@ -333,3 +333,85 @@ fn chained_large_products_with_sleeping_callers_stay_exact() {
     let dims = [256i64, 256];
     run_from_threads(&c, &text, (&dims, &dims), 1.0 / 16.0, 2, 10);
 }
+
+/// Threads that run posted GEMM chunks (as a caller waiting for a program
+/// would) until dropped. They are ordinary threads: default MXCSR/FPCR.
+struct Helpers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Helpers {
+    fn start(n: usize) -> Helpers {
+        use pjrt_client::host_kernels::donation;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let _waiting = donation::Waiter::register();
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        if !donation::help() {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        Helpers { stop, threads }
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// `A @ I` with every entry of `A` the f32 subnormal 1e-39, through the
+/// custom call and the plugin's dot in one program (two results, so the
+/// program runs on an XLA worker, which flushes subnormals). Rows that a
+/// helper thread computes must come out exactly as the worker's: every run
+/// bit-identical to the plugin's dot of the same run and to the first run,
+/// with and without a helper thread that takes chunks.
+#[test]
+fn subnormal_products_do_not_depend_on_which_thread_ran_them() {
+    let c = client(1);
+    for n in [192usize, 256, 384] {
+        let (text, ad, bd) = module("hlobridge_gemm_nn", false, false, &[], n, n, n, "f32");
+        let exe = c
+            .compile(&Program::mlir_text(&text), &CompileOptions::default())
+            .unwrap();
+        let a = vec![1e-39f32; n * n];
+        let mut eye = vec![0f32; n * n];
+        for i in 0..n {
+            eye[i * n + i] = 1.0;
+        }
+        let ad: Vec<i64> = ad.iter().map(|&x| x as i64).collect();
+        let bd: Vec<i64> = bd.iter().map(|&x| x as i64).collect();
+        let ba = c.buffer_from_host(&a, &ad, None).unwrap();
+        let bb = c.buffer_from_host(&eye, &bd, None).unwrap();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<u32>>();
+        let mut first: Option<Vec<u32>> = None;
+        for helpers in [0usize, 1, 0, 2] {
+            let _h = Helpers::start(helpers);
+            for run in 0..15 {
+                let out = exe.execute(&[&ba, &bb]).unwrap();
+                let got = bits(out[0].to_host::<f32>().unwrap());
+                let dot = bits(out[1].to_host::<f32>().unwrap());
+                let kept = got.iter().zip(&dot).filter(|(g, d)| g != d).count();
+                assert_eq!(
+                    kept, 0,
+                    "n={n} helpers={helpers} run {run}: {kept} entries differ from the plugin's dot"
+                );
+                match &first {
+                    None => first = Some(got),
+                    Some(f) => assert!(*f == got, "n={n} helpers={helpers} run {run}: differs from run 0"),
+                }
+            }
+        }
+    }
+}
