@@ -2,7 +2,7 @@
 //! type (integers, booleans, IEEE and 8/6/4-bit floats, complex) and the
 //! `eq` / `close` (ULP) / `almost_eq` rules of [`crate::cmd_conform::COMPARISON`].
 
-use crate::cmd_run::{self, HostArray};
+use crate::runtime::{self, HostArray};
 use hlobridge::conform::CheckKind;
 use pjrt_client::ElementType;
 
@@ -222,8 +222,8 @@ pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Resu
     if at != et || adims != edims {
         return Err(format!(
             "type mismatch: actual {} vs expected {}",
-            cmd_run::type_string(*at, adims),
-            cmd_run::type_string(*et, edims)
+            runtime::type_string(*at, adims),
+            runtime::type_string(*et, edims)
         ));
     }
     let elem = elem_of(*at).ok_or_else(|| format!("cannot compare {at} values"))?;

@@ -1,5 +1,6 @@
 //! The `hlobridge` command line.
 
+mod bind;
 mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
@@ -7,6 +8,10 @@ mod cmd_run;
 mod cmd_stitch;
 mod cmd_viz;
 mod compare;
+mod conform_case;
+mod known_failures;
+mod npy;
+mod runtime;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -41,6 +41,8 @@ pub struct RawRewrite {
     pub original_outputs: usize,
     /// Number of `@main` results after the rewrite.
     pub total_outputs: usize,
+    /// Number of `@main` parameters.
+    pub entry_params: usize,
 }
 
 /// Turn the checks of module text `src` into outputs of `@main` by editing
@@ -168,6 +170,7 @@ pub fn rewrite_checks_text(src: &str, first_line: u32) -> Result<RawRewrite, Con
         checks,
         original_outputs,
         total_outputs: original_outputs + new_vals.len(),
+        entry_params: sig.params,
     })
 }
 
@@ -180,6 +183,8 @@ struct EntrySig {
     results: Vec<String>,
     /// Whether the results are written in parentheses.
     parenthesized: bool,
+    /// Number of parameters.
+    params: usize,
     /// Byte offsets of the body's `{` and `}`.
     body_open: usize,
     body_close: usize,
@@ -229,6 +234,10 @@ fn find_entry(src: &str) -> Result<EntrySig, String> {
         return Err(format!("@{name}'s signature not understood"));
     }
     let args_close = close_of(src, args_open).ok_or("unbalanced argument list")?;
+    let params = split_top(&src[args_open + 1..args_close], b',')
+        .iter()
+        .filter(|a| !a.trim().is_empty())
+        .count();
     let mut p = skip_ws(src, args_close + 1);
     let (results_span, results, parenthesized);
     if src[p..].starts_with("->") {
@@ -277,6 +286,7 @@ fn find_entry(src: &str) -> Result<EntrySig, String> {
         results_span,
         results,
         parenthesized,
+        params,
         body_open: p,
         body_close,
         body_depth,

@@ -89,6 +89,7 @@ fn signature_and_return_forms() {
     let src = format!("func.func @main() {{\n{c0}{check}    return\n}}\n");
     let r = rewrite_checks_text(&src, 1).unwrap();
     assert_eq!((r.original_outputs, r.total_outputs), (0, 2));
+    assert_eq!(r.entry_params, 0);
     assert!(
         r.text.contains("@main() -> (tensor<i32>, tensor<i32>) {"),
         "{}",
@@ -147,6 +148,8 @@ fn refuses_what_it_cannot_rewrite() {
     let used = "func.func @main() -> tensor<i32> {\n  %0 = stablehlo.constant dense<1> : tensor<i32>\n  %1 = stablehlo.custom_call @check.expect_eq(%0, %0) : (tensor<i32>, tensor<i32>) -> tensor<i32>\n  return %1 : tensor<i32>\n}\n";
     let e = rewrite_checks_text(used, 1).unwrap_err();
     assert!(e.to_string().contains("is used"), "{e}");
+    let with_args = "func.func @main(%a: tensor<2xf32>, %b: tensor<i32> {jax.arg_info = \"b\"}) -> tensor<2xf32> {\n  return %a : tensor<2xf32>\n}\n";
+    assert_eq!(rewrite_checks_text(with_args, 1).unwrap().entry_params, 2);
     let two = "func.func @a() {\n  return\n}\nfunc.func @b() {\n  return\n}\n";
     assert!(matches!(
         rewrite_checks_text(two, 1),
