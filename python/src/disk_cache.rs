@@ -86,12 +86,11 @@ impl Config {
                 "0" | "false" | "off" | "no"
             )
         });
-        let (dir, private_root) = match std::env::var_os("HLOBRIDGE_CACHE_DIR")
-            .filter(|v| !v.is_empty())
-        {
-            Some(d) => (PathBuf::from(d), None),
-            None => default_dir(),
-        };
+        let (dir, private_root) =
+            match std::env::var_os("HLOBRIDGE_CACHE_DIR").filter(|v| !v.is_empty()) {
+                Some(d) => (PathBuf::from(d), None),
+                None => default_dir(),
+            };
         let enabled = enabled && !DISABLED.load(Ordering::Relaxed);
         let max_bytes = match std::env::var("HLOBRIDGE_CACHE_MAX_BYTES") {
             Ok(v) => v.trim().parse().unwrap_or_else(|_| {
@@ -207,8 +206,9 @@ pub struct Key<'a> {
 impl Key<'_> {
     /// The header bytes: every part length-prefixed.
     fn header(&self) -> Vec<u8> {
-        let mut h =
-            Vec::with_capacity(48 + self.plugin.len() + self.host.len() + self.options.len() + self.text.len());
+        let mut h = Vec::with_capacity(
+            48 + self.plugin.len() + self.host.len() + self.options.len() + self.text.len(),
+        );
         h.extend_from_slice(MAGIC);
         for part in [
             self.plugin.as_bytes(),

@@ -329,7 +329,12 @@ fn plugin_identity(rt: &runtime::Shared) -> &'static str {
 
 /// The executable for `key` from the disk cache, or `None` (miss, or an
 /// entry that does not deserialize: logged, deleted, compile instead).
-fn load_from_disk(rt: &runtime::Shared, store: &Store, key: &Key<'_>, fp: &str) -> Option<Compiled> {
+fn load_from_disk(
+    rt: &runtime::Shared,
+    store: &Store,
+    key: &Key<'_>,
+    fp: &str,
+) -> Option<Compiled> {
     let t0 = Instant::now();
     let bytes = store.load(key)?;
     match rt.client.deserialize_executable(&bytes, None) {

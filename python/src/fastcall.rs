@@ -109,9 +109,11 @@ fn guards(py: Python<'_>) -> Option<&Guards> {
 /// Whether a torch dispatch mode, function mode or functorch transform is
 /// active on this thread.
 fn torch_mode_active(py: Python<'_>, g: &Guards) -> PyResult<bool> {
-    Ok(g.dispatch_stack_len.bind(py).call0()?.extract::<usize>()? > 0
-        || g.function_mode_enabled.bind(py).call0()?.is_truthy()?
-        || !g.functorch_level.bind(py).call0()?.is_none())
+    Ok(
+        g.dispatch_stack_len.bind(py).call0()?.extract::<usize>()? > 0
+            || g.function_mode_enabled.bind(py).call0()?.is_truthy()?
+            || !g.functorch_level.bind(py).call0()?.is_none(),
+    )
 }
 
 /// One compiled signature of one function.

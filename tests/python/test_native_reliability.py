@@ -169,8 +169,10 @@ def test_call_under_a_dispatch_mode_is_computed(gen) -> None:
 def test_non_strided_tensors_decline_instead_of_failing(gen) -> None:
     x = torch.randn(4, generator=gen)
     f = _registered(lambda a: a + 1.0, x)
-    sparse = x.to_sparse()
-    assert jax_bridge._fast_call(f, (sparse,)) is jax_bridge._MISS
+    assert jax_bridge._fast_call(f, (x.to_sparse(),)) is jax_bridge._MISS
+    if torch.backends.mkldnn.is_available():
+        # Same dtype, shape and "contiguous", but no storage.
+        assert jax_bridge._fast_call(f, (x.to_mkldnn(),)) is jax_bridge._MISS
 
 
 _STORAGE_SWAP = """

@@ -198,7 +198,10 @@ pub fn secret(dir: &Path) -> Result<[u8; SECRET_LEN], String> {
         if let Some((mut f, len)) = open_trusted(&path, true)? {
             let mut key = [0u8; SECRET_LEN];
             if len != SECRET_LEN as u64 || f.read_exact(&mut key).is_err() {
-                return Err(format!("{} is not a {SECRET_LEN}-byte secret", path.display()));
+                return Err(format!(
+                    "{} is not a {SECRET_LEN}-byte secret",
+                    path.display()
+                ));
             }
             return Ok(key);
         }
@@ -264,7 +267,9 @@ fn detect_host() -> String {
             if line.trim().is_empty() && !model.is_empty() {
                 break;
             }
-            let Some((k, v)) = line.split_once(':') else { continue };
+            let Some((k, v)) = line.split_once(':') else {
+                continue;
+            };
             match k.trim() {
                 "vendor_id" | "CPU implementer" => vendor = v.trim().to_string(),
                 "model name" | "CPU part" => model = v.trim().to_string(),
@@ -296,9 +301,29 @@ fn isa_features() -> String {
         )*};
     }
     feat!(
-        "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "lzcnt", "movbe",
-        "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni", "avx512bf16",
-        "avx512fp16", "gfni", "vaes", "vpclmulqdq", "sha", "adx"
+        "sse4.2",
+        "popcnt",
+        "avx",
+        "avx2",
+        "fma",
+        "bmi1",
+        "bmi2",
+        "f16c",
+        "lzcnt",
+        "movbe",
+        "avx512f",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512cd",
+        "avx512vnni",
+        "avx512bf16",
+        "avx512fp16",
+        "gfni",
+        "vaes",
+        "vpclmulqdq",
+        "sha",
+        "adx"
     );
     s
 }
