@@ -50,6 +50,10 @@ class ArgumentError(BridgeError):
 class DtypeError(ArgumentError):
     """An unsupported or mismatched element type."""
 
+class OutputError(BridgeError):
+    """A function's result cannot be handed back to torch: it holds a leaf that
+    is not an array (a string, an arbitrary object)."""
+
 class BufferDeletedError(BridgeError):
     """A buffer was used after it was deleted or donated."""
 

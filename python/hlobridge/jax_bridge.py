@@ -64,7 +64,7 @@ from jax._src import config as jax_config
 from torch.utils.dlpack import from_dlpack as _from_dlpack
 
 from hlobridge import _native
-from hlobridge._native import ArgumentError, DtypeError
+from hlobridge._native import ArgumentError, BridgeError, DtypeError, OutputError
 from hlobridge.receipt import CacheOutcome, Segment, _record, cache_accounting
 
 __all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
@@ -98,6 +98,12 @@ _COMPLEX = frozenset({torch.complex64, torch.complex128})
 # dtypes that never need a second look on the hot path
 _PLAIN = frozenset(_DTYPES) - _COMPLEX
 _OUT_DTYPES = frozenset(np.dtype(j) for _, j in _DTYPES.values())
+_STRIDED = torch.strided
+_FLOAT8 = frozenset(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                 "float8_e5m2fnuz") if hasattr(torch, n))
+# What a function may return as a leaf: arrays (tracers while traced), numpy
+# values and Python numbers (which JAX turns into 0-d arrays).
+_OUT_LEAF_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, bool, int, float, complex)
 
 _counter_lock = threading.Lock()
 _contiguous_copies = 0
@@ -178,7 +184,13 @@ def call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     :func:`hlobridge.last_receipt` for what the call did.
     """
     if not kwargs:
-        out = _fast_call(fn, args)
+        try:
+            out = _fast_call(fn, args)
+        except RuntimeError:
+            # torch refuses a query the fast path makes (``shape`` of a nested
+            # tensor, ``is_contiguous()`` of a sparse one): the general path
+            # names the problem.
+            out = _MISS
         if out is not _MISS:
             return out
     return _call_general(fn, args, kwargs)
@@ -218,7 +230,8 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
     for leaf in leaves:
         if isinstance(leaf, _Tensor):
             dt = leaf.dtype
-            if (dt not in _PLAIN or not leaf.is_cpu or not leaf.is_contiguous()
+            if (dt not in _PLAIN or not leaf.is_cpu or leaf.layout is not _STRIDED
+                    or leaf.is_nested or not leaf.is_contiguous()
                     or (grad and leaf.requires_grad)):
                 if leaf.device.type == "xla":
                     from hlobridge.lazy import call_jax_lazy
@@ -275,10 +288,20 @@ def _check_tensor(t: torch.Tensor, grad: bool) -> tuple[torch.Tensor, int, bool]
     """The slow path for one tensor: raise on what cannot be used, copy what
     must be made dense. Returns the tensor to use, 1 if it is a copy, and
     whether autograd must track the call."""
+    if t.is_nested:
+        raise ArgumentError("call_jax: nested tensors are not supported; pass the components "
+                            "(t.unbind()) or a padded tensor (t.to_padded_tensor(0.0))")
+    if t.layout is not _STRIDED:
+        raise ArgumentError(f"call_jax: {t.layout} tensors are not supported; pass a dense "
+                            f"tensor (t.to_dense())")
     dt = t.dtype
     if dt not in _CODES:
+        hint = ""
+        if dt in _FLOAT8:
+            hint = (f"; pass t.view(torch.uint8) and convert inside the function with "
+                    f"jax.lax.bitcast_convert_type(x, jnp.{str(dt).split('.')[-1]})")
         raise DtypeError(f"call_jax: unsupported tensor dtype {dt} (supported: "
-                         f"{', '.join(str(d) for d in _DTYPES)})")
+                         f"{', '.join(str(d) for d in _DTYPES)}){hint}")
     if not t.is_cpu:
         raise ArgumentError(f"call_jax: tensor on device {t.device}, but the hlobridge runtime "
                             f"is the CPU plugin; move it with .cpu()")
@@ -302,10 +325,22 @@ def _rebuild(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> Callabl
         it = iter(arrays)
         full = [next(it) if t else s for t, s in zip(is_tensor, statics)]
         a, kw = tree_util.tree_unflatten(treedef, full)
-        return fn(*a, **kw)
+        out = fn(*a, **kw)
+        _check_outputs(fn, out)
+        return out
 
     main.__name__ = main.__qualname__ = "main"
     return main
+
+
+def _check_outputs(fn: Callable[..., Any], out: Any) -> None:
+    """Raise :class:`OutputError` for a result leaf torch cannot receive."""
+    for path, leaf in tree_util.tree_flatten_with_path(out)[0]:
+        if not isinstance(leaf, _OUT_LEAF_TYPES):
+            where = f" at {tree_util.keystr(path)}" if path else ""
+            raise OutputError(f"call_jax: {_name(fn)} returned a {type(leaf).__qualname__}"
+                              f"{where}, which is not an array; return arrays or numbers only "
+                              f"(keep other values outside the function)")
 
 
 def _name(fn: Callable[..., Any]) -> str:
@@ -338,7 +373,15 @@ def lower(fn: Callable[..., Any], treedef: Any, leaves: list[Any], platform: str
 
     t0 = _perf()
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
-        traced = jax.jit(main, keep_unused=True).trace(*sds)
+        try:
+            traced = jax.jit(main, keep_unused=True).trace(*sds)
+        except Exception as e:
+            if not isinstance(e, BridgeError):
+                # The user's own error keeps its type; say where it came from.
+                shapes = ", ".join(f"{t.dtype}{list(t.shape)}" for t in tensors)
+                e.add_note(f"hlobridge.call_jax: raised while JAX traced {_name(fn)} for "
+                           f"tensor inputs ({shapes})")
+            raise
         lowered = lower_traced(traced, platform)
         text = lowered.as_text()
     lower_s = _perf() - t0

@@ -14,6 +14,7 @@
 //! │   └── CompileError      PJRT_Client_Compile failed
 //! ├── ArgumentError         bad inputs: count, shape, device, size, layout
 //! │   └── DtypeError        unsupported or mismatched element type
+//! ├── OutputError           a function's result holds a leaf that is not an array
 //! ├── BufferDeletedError    a buffer used after it was deleted or donated
 //! └── ForkError             the PJRT client was inherited through fork()
 //! ```
@@ -91,6 +92,13 @@ create_exception!(
 );
 create_exception!(
     _native,
+    OutputError,
+    BridgeError,
+    "A function's result cannot be handed back to torch: it holds a leaf that is not an array \
+     (a string, an arbitrary object)."
+);
+create_exception!(
+    _native,
     BufferDeletedError,
     BridgeError,
     "A buffer was used after it was deleted or donated."
@@ -146,6 +154,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CompileError", py.get_type::<CompileError>())?;
     m.add("ArgumentError", py.get_type::<ArgumentError>())?;
     m.add("DtypeError", py.get_type::<DtypeError>())?;
+    m.add("OutputError", py.get_type::<OutputError>())?;
     m.add("BufferDeletedError", py.get_type::<BufferDeletedError>())?;
     m.add("ForkError", py.get_type::<ForkError>())?;
     Ok(())
