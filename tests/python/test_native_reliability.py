@@ -222,13 +222,22 @@ _STORAGE_SWAP = """
             want = eager(a, b)
             box["t"] = a if i % 2 else b
             go.set()
-            got = call(a, b)
+            try:
+                got = call(a, b)
+            except hb.ArgumentError as e:
+                # The swap came before the general path took the storage
+                # (a starved thread): refused with a clear error, not read.
+                assert "storage" in str(e), e
+                got = None
             done.wait(); done.clear()
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            if got is not None:
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+                box["checked"] = box.get("checked", 0) + 1
     finally:
         box["t"] = None
         go.set()
         th.join()
+    assert box.get("checked", 0) >= 5, box
     print("ok", box["k"], run_s)
 """
 
