@@ -18,7 +18,8 @@ thread is gone too, so compiling in the child aborts the process (measured:
 Every scenario runs in a fresh subprocess under a timeout, so a regression
 fails instead of hanging the suite. JAX warns at ``os.fork()`` that forking a
 multithreaded process may deadlock (it may, for JAX's own backend); the
-scripts filter exactly that warning, everything else runs with ``-W error``.
+scripts filter exactly that warning (and the DataLoader's advice when two
+workers exceed the cores); everything else runs with ``-W error``.
 Results are compared with torch eager on random inputs (float32,
 rtol=1e-5, atol=1e-5).
 
@@ -40,6 +41,8 @@ TIMEOUT = 240
 PRELUDE = """
 import os, sys, warnings
 warnings.filterwarnings("ignore", message=r"os\\.fork\\(\\) was called", category=RuntimeWarning)
+# the DataLoader's advice when 2 workers exceed the cores (taskset -c 0 runs)
+warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 import torch, jax.numpy as jnp
 import hlobridge as hb
 
