@@ -32,12 +32,6 @@ pub fn run(a: FmtArgs) -> Result<(), String> {
     );
     match a.output {
         Some(path) => std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display())),
-        None => {
-            use std::io::Write;
-            let mut stdout = std::io::stdout().lock();
-            stdout
-                .write_all(out.as_bytes())
-                .map_err(|e| format!("<stdout>: {e}"))
-        }
+        None => crate::stdout::write(&out),
     }
 }

@@ -37,13 +37,10 @@ pub fn run(a: InspectArgs) -> Result<(), String> {
     let (name, text) = read_input(&a.file)?;
     let m = hlobridge::parse_module_named(&name, &text).map_err(|e| e.to_string())?;
     let report = hlobridge::inspect::inspect(&m, text.len());
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+    let text = if a.json {
+        serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
     } else {
-        print!("{report}");
-    }
-    Ok(())
+        report.to_string()
+    };
+    crate::stdout::write(&text)
 }

@@ -12,6 +12,7 @@ mod conform_case;
 mod known_failures;
 mod npy;
 mod runtime;
+mod stdout;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
