@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from hlobridge.stitching import stitch_program
     from hlobridge.train_step import TrainStep, compile_train_step
     from hlobridge import optim
+    from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
 
 _LAZY = {
     "call_jax": "hlobridge.jax_bridge",
@@ -55,6 +56,8 @@ _LAZY = {
     "stitch_program": "hlobridge.stitching",
     "compile_train_step": "hlobridge.train_step",
     "TrainStep": "hlobridge.train_step",
+    "DistributedNotSupportedError": "hlobridge.dynamo.errors",
+    "CollectiveNotSupportedError": "hlobridge.dynamo.errors",
 }
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
 _LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim"}
@@ -84,7 +87,9 @@ __all__ = [
     "ArgumentError",
     "BridgeError",
     "BufferDeletedError",
+    "CollectiveNotSupportedError",
     "CompileError",
+    "DistributedNotSupportedError",
     "DtypeError",
     "FileError",
     "ForkError",
