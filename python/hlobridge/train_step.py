@@ -178,9 +178,9 @@ class TrainStep:
     # -- tracing --------------------------------------------------------------
     def _trace(self, flat: list[Any], batch_spec: pytree.TreeSpec,
                state_spec: pytree.TreeSpec, n_state: int) -> _Traced:
-        from torch._decomp import core_aten_decompositions
         from torch.fx.experimental.proxy_tensor import make_fx
 
+        from hlobridge.dynamo.engine import decompositions
         from hlobridge.dynamo.program import CompiledGraph
 
         pnames = list(self._params)
@@ -238,7 +238,7 @@ class TrainStep:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel([SDPBackend.MATH]):
-            raw = make_fx(step, decomposition_table=core_aten_decompositions(),
+            raw = make_fx(step, decomposition_table=decompositions(),
                           tracing_mode="fake")(*flat)
         gm = make_fx(functionalize(raw, remove="mutations_and_views"),
                      tracing_mode="fake")(*flat)

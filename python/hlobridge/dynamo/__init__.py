@@ -57,8 +57,9 @@ def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Compiled
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
     """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
     inference compilers."""
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
+
+    from hlobridge.dynamo.engine import decompositions as backend_decompositions
 
     from hlobridge.distributed_guard import check_fx_collectives
 
@@ -66,8 +67,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
     # compile to one-device no-ops; docs/distributed.md).
     check_fx_collectives(gm)
 
-    # Core aten: the op set torch_xla lowers best (as its own export path).
-    decompositions = core_aten_decompositions()
+    # Core aten (the op set torch_xla lowers best) + training batch norm.
+    decompositions = backend_decompositions()
     aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
                        inference_compiler=_compiler("inference"),
                        decompositions=decompositions)

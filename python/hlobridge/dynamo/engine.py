@@ -36,7 +36,8 @@ import torch.fx
 
 from hlobridge.dynamo.errors import CompileBackendError, DataDependentError, UnsupportedOpError
 
-__all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "get_engine"]
+__all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "decompositions",
+           "get_engine"]
 
 TensorSpec = tuple[tuple[int, ...], torch.dtype]
 """A concrete tensor type: ``(shape, dtype)``."""
@@ -120,6 +121,79 @@ class TorchXlaLazyEngine:
         return LoweredPiece(text=text, params=params, outputs=specs, engine=self.name)
 
 
+def decompositions() -> dict[Any, Any]:
+    """The decomposition table graphs are traced with before an engine
+    lowers them: core aten (the op set torch_xla lowers best, as its own
+    export path), with training-mode batch norm's running statistics
+    spelled out.
+
+    torch_xla lowers ``_native_batch_norm_legit_functional`` (and the
+    in-place variants) to ``stablehlo.batch_norm_training`` and updates
+    ``running_var`` with that op's *biased* batch variance, where torch uses
+    the unbiased one (``n/(n-1)`` times larger: 6.7% for a 1x1 feature map
+    and batch 16). Here the normalization stays torch_xla's
+    (``_native_batch_norm_legit.no_stats``: ``batch_norm_training`` and its
+    gradient, which are more accurate in float32 than torch's full
+    decomposition) and the running statistics are computed as torch does.
+    Inference batch norm (``_native_batch_norm_legit_no_training``) is
+    torch_xla's own."""
+    from torch._decomp import core_aten_decompositions
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    table[aten._native_batch_norm_legit_functional.default] = _batch_norm_functional
+    table[aten._native_batch_norm_legit.default] = _batch_norm_in_place
+    table[aten.native_batch_norm.default] = _batch_norm_in_place
+    return table
+
+
+def _running_stats(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                   momentum: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's running-statistics update: the batch mean and the *unbiased*
+    batch variance per channel (computed in float32 at least), blended in
+    with ``momentum``."""
+    from torch._prims_common import get_computation_dtype
+
+    dims = [0, *range(2, x.dim())]
+    var, mean = torch.var_mean(x.to(get_computation_dtype(x.dtype)), dims, correction=1)
+    new_mean = running_mean * (1 - momentum) + mean.to(running_mean.dtype) * momentum
+    new_var = running_var * (1 - momentum) + var.to(running_var.dtype) * momentum
+    return new_mean, new_var
+
+
+def _batch_norm_functional(x: torch.Tensor, weight: torch.Tensor | None,
+                           bias: torch.Tensor | None, running_mean: torch.Tensor,
+                           running_var: torch.Tensor, training: bool, momentum: float,
+                           eps: float) -> tuple[torch.Tensor, ...]:
+    aten = torch.ops.aten
+    if not training:
+        out, mean, rstd = aten._native_batch_norm_legit_no_training.default(
+            x, weight, bias, running_mean, running_var, momentum, eps)
+        return out, mean, rstd, running_mean, running_var
+    out, mean, rstd = aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum,
+                                                             eps)
+    return (out, mean, rstd, *_running_stats(x, running_mean, running_var, momentum))
+
+
+def _batch_norm_in_place(x: torch.Tensor, weight: torch.Tensor | None,
+                         bias: torch.Tensor | None, running_mean: torch.Tensor | None,
+                         running_var: torch.Tensor | None, training: bool, momentum: float,
+                         eps: float) -> tuple[torch.Tensor, ...]:
+    aten = torch.ops.aten
+    if running_mean is None or running_var is None:
+        return aten._native_batch_norm_legit.no_stats(  # type: ignore[no-any-return]
+            x, weight, bias, training, momentum, eps)
+    if not training:
+        return aten._native_batch_norm_legit_no_training.default(  # type: ignore[no-any-return]
+            x, weight, bias, running_mean, running_var, momentum, eps)
+    out, mean, rstd = aten._native_batch_norm_legit.no_stats(x, weight, bias, True, momentum,
+                                                             eps)
+    new_mean, new_var = _running_stats(x, running_mean, running_var, momentum)
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
+    return out, mean, rstd
+
+
 def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
     their tensors on ``dev`` instead of the CPU."""
@@ -159,14 +233,37 @@ def _trace_value(shape: tuple[int, ...], dt: torch.dtype, index: int = 0) -> tor
     have: torch_xla shares one device-data node between equal scalars, which
     would make the input disappear from the traced parameters."""
     if len(shape) == 0 and dt != torch.bool:
-        if dt.is_floating_point or dt.is_complex:
-            return torch.full(shape, 0.4765625 + index * 2.0**-12, dtype=dt)
-        return torch.full(shape, 97 + index % 29, dtype=dt)
+        return _scalar_trace_value(dt, index)
     if dt.is_floating_point or dt.is_complex:
         return torch.full(shape, 0.5, dtype=dt)
     if dt == torch.bool:
         return torch.ones(shape, dtype=dt)
     return torch.full(shape, 2, dtype=dt)
+
+
+_BITS_AS_INT = {torch.float64: torch.int64, torch.float32: torch.int32,
+                torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+
+def _scalar_trace_value(dt: torch.dtype, index: int) -> torch.Tensor:
+    """A distinct 0-d trace value for every input index (a model has one 0-d
+    int64 ``num_batches_tracked`` per BatchNorm: MobileNetV3 has dozens, and
+    two equal values would be merged): for floats the bit pattern of an odd
+    value plus ``index``, for wide integers a large odd number plus
+    ``index``."""
+    if dt in _BITS_AS_INT:
+        base = torch.tensor(0.4765625, dtype=dt).view(_BITS_AS_INT[dt])
+        return (base + index).view(dt)
+    if dt.is_complex:
+        return torch.full((), 0.4765625 + index * 2.0**-12, dtype=dt)
+    if dt.is_floating_point:  # fp8 kinds: few values
+        return torch.full((), 0.4765625 + (index % 7) * 2.0**-3, dtype=dt)
+    bits = torch.iinfo(dt).bits
+    if bits >= 32:
+        return torch.full((), 1_000_003 + index, dtype=dt)
+    if bits == 16:
+        return torch.full((), 10_007 + index % 20_000, dtype=dt)
+    return torch.full((), 97 + index % 29, dtype=dt)
 
 
 def _check_inputs_kept(gm: torch.fx.GraphModule, inputs: list[TensorSpec],
