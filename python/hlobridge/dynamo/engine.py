@@ -196,14 +196,63 @@ def _batch_norm_in_place(x: torch.Tensor, weight: torch.Tensor | None,
 
 def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
-    their tensors on ``dev`` instead of the CPU."""
+    their tensors on ``dev`` instead of the CPU, with the rewrites torch_xla
+    needs (reduce-all dimensions spelled out, slice bounds clamped) and
+    without dead nodes."""
     graph = copy.deepcopy(gm.graph)
     for node in graph.nodes:
         device = node.kwargs.get("device")
         if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":
             node.kwargs = {**node.kwargs, "device": dev}
         _spell_out_reduce_all(node)
+        _clamp_slice(node)
+    # Dead nodes (e.g. make_fx's unused ``lift_fresh_copy`` of a 0-d
+    # constant) would make their inputs look used to _check_inputs_kept.
+    graph.eliminate_dead_code()
     return torch.fx.GraphModule(gm, graph)
+
+
+@functools.cache
+def _slice_ops() -> dict[Any, int]:
+    """Slicing ops and the position of their ``dim`` argument."""
+    aten = torch.ops.aten
+    return {aten.slice.Tensor: 1, aten.slice_copy.Tensor: 1, aten.slice_scatter.default: 2}
+
+
+def _clamp_slice(node: torch.fx.Node) -> None:
+    """``slice(x, dim, start, end)`` clamps out-of-range bounds in aten
+    (Hugging Face's sliding-window attention slices from ``-4095`` on a
+    16-long axis), but torch_xla raises "Value out of range". Clamp them
+    as aten does (``slice``, ``slice_copy``, ``slice_scatter``)."""
+    if node.op != "call_function" or node.target not in _slice_ops():
+        return
+    at = _slice_ops()[node.target]
+    names = ("dim", "start", "end", "step")
+    defaults = (0, None, None, 1)
+    args = list(node.args)
+    vals = [args[at + k] if at + k < len(args) else node.kwargs.get(n, d)
+            for k, (n, d) in enumerate(zip(names, defaults))]
+    dim, start, end, step = vals
+    src = node.args[0]
+    val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if val is None or not hasattr(val, "shape") or not isinstance(dim, int) or \
+            not all(isinstance(v, int) or v is None for v in (start, end, step)):
+        return
+    size = val.shape[dim]
+    if not isinstance(size, int):
+        return
+
+    def clamp(v: int | None, default: int) -> int:
+        if v is None:
+            return default
+        if v < 0:
+            v += size
+        return min(max(v, 0), size)
+
+    lo = clamp(start, 0)
+    hi = max(clamp(end, size), lo)
+    node.args = (*args[:at], dim, lo, hi, step)
+    node.kwargs = {}
 
 
 @functools.cache
