@@ -29,8 +29,10 @@ import torch
 from jax import tree_util
 from torch.autograd.function import once_differentiable
 
-from hlobridge import jax_bridge
 from hlobridge._native import DtypeError
+from hlobridge.dtypes import torch_dtype_of
+from hlobridge.entry_cache import table
+from hlobridge.signature import function_name, rebuild
 
 
 class _Plan:
@@ -38,8 +40,10 @@ class _Plan:
     ``res_tree`` and the output metadata are filled in when the forward is
     traced, which happens before the first forward result returns."""
 
-    __slots__ = ("fwd", "bwd", "mask", "out_tree", "res_tree", "float_out", "out_avals")
+    __slots__ = ("run", "fwd", "bwd", "mask", "out_tree", "res_tree", "float_out", "out_avals")
 
+    run: Callable[..., Any]
+    """``call_jax``, which runs ``fwd`` and ``bwd``."""
     fwd: Callable[..., Any]
     bwd: Callable[..., Any]
     mask: tuple[bool, ...]
@@ -49,10 +53,11 @@ class _Plan:
     out_avals: list[tuple[tuple[int, ...], Any]]
 
 
-def _make_plan(fn: Callable[..., Any], treedef: Any, leaves: list[Any],
+def _make_plan(run: Callable[..., Any], fn: Callable[..., Any], treedef: Any, leaves: list[Any],
                mask: tuple[bool, ...]) -> _Plan:
-    main = jax_bridge._rebuild(fn, treedef, leaves)
+    main = rebuild(fn, treedef, leaves)
     plan = _Plan()
+    plan.run = run
     plan.mask = mask
 
     def fwd(*arrays: Any) -> tuple[list[Any], list[Any]]:
@@ -74,7 +79,7 @@ def _make_plan(fn: Callable[..., Any], treedef: Any, leaves: list[Any],
                 for f, (shape, _) in zip(plan.float_out, plan.out_avals)]
         return list(vjp(plan.out_tree.unflatten(full)))
 
-    name = jax_bridge._name(fn)
+    name = function_name(fn)
     fwd.__qualname__ = f"{name} (vjp forward)"
     bwd.__qualname__ = f"{name} (vjp backward)"
     plan.fwd, plan.bwd = fwd, bwd
@@ -84,7 +89,7 @@ def _make_plan(fn: Callable[..., Any], treedef: Any, leaves: list[Any],
 class _VjpFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, plan: _Plan, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs, res = jax_bridge.call_jax(plan.fwd, *tensors)
+        outs, res = plan.run(plan.fwd, *tensors)
         ctx.plan = plan
         ctx.save_for_backward(*res)
         ctx.mark_non_differentiable(*[o for o, f in zip(outs, plan.float_out) if not f])
@@ -98,27 +103,30 @@ class _VjpFunction(torch.autograd.Function):
             ct if ct is not None else torch.zeros(shape, dtype=_torch_dtype(dtype))
             for ct, f, (shape, dtype) in zip(cts, plan.float_out, plan.out_avals) if f
         ]
-        grads = iter(jax_bridge.call_jax(plan.bwd, list(ctx.saved_tensors), float_cts))
+        grads = iter(plan.run(plan.bwd, list(ctx.saved_tensors), float_cts))
         return (None, *[next(grads) if m else None for m in plan.mask])
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
-    for t, (_, j) in jax_bridge._DTYPES.items():
-        if np.dtype(j) == np.dtype(dtype):
-            return t
+    t = torch_dtype_of(dtype)
+    if t is not None:
+        return t
     raise DtypeError(f"call_jax: no torch dtype for {dtype}")
 
 
-def call_with_grad(fn: Callable[..., Any], owner: Any, key: tuple[Any, ...], treedef: Any,
-                   leaves: list[Any]) -> Any:
-    """``call_jax`` for calls that autograd must track (see the module docs)."""
+def call_with_grad(run: Callable[..., Any], fn: Callable[..., Any], owner: Any,
+                   key: tuple[Any, ...], treedef: Any, leaves: list[Any]) -> Any:
+    """``call_jax`` for calls that autograd must track (see the module docs).
+    ``run`` is ``call_jax`` itself (passed in so that this module does not
+    import :mod:`hlobridge.jax_bridge`, which imports it); ``owner`` and
+    ``key`` are the call's entry-table owner and signature key."""
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
     mask = tuple(bool(t.requires_grad) for t in tensors)
     pkey = (*key, mask)
-    table = jax_bridge._table(owner)
-    plan = table.get(pkey)
+    plan_table = table(owner)
+    plan = plan_table.get(pkey)
     if plan is None:
-        plan = _make_plan(fn, treedef, leaves, mask)
-        table[pkey] = plan
+        plan = _make_plan(run, fn, treedef, leaves, mask)
+        plan_table[pkey] = plan
     outs = _VjpFunction.apply(plan, *tensors)  # type: ignore[no-untyped-call]
     return plan.out_tree.unflatten(list(outs))

@@ -12,7 +12,9 @@ How it fits together:
 - Eager calls keep going straight to :func:`hlobridge.jax_bridge.call_jax`
   (its zero-copy hot path is untouched). When Dynamo traces a call to
   ``call_jax`` it uses :func:`_traced_call_jax` instead (registered with
-  :func:`torch._dynamo.substitute_in_graph`): the registration runs once at
+  :func:`torch._dynamo.substitute_in_graph` by :func:`bind`, which
+  :mod:`hlobridge.jax_bridge` calls when it is imported; this module never
+  imports it, so the arrows run one way): the registration runs once at
   trace time (:func:`torch._dynamo.assume_constant_result`) and the graph
   gets a single ``torch.ops.hlobridge.call_jax`` node, no graph break.
 - The fake (meta) implementation is :func:`jax.eval_shape`, so Dynamo and
@@ -42,12 +44,11 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from hlobridge import jax_bridge
 from hlobridge._native import ArgumentError, DtypeError
+from hlobridge.dtypes import DTYPES, X64, torch_dtype_of
+from hlobridge.signature import function_name
 
-__all__ = ["JaxFunction", "lookup", "register", "OP"]
-
-_X64_TORCH = frozenset({torch.float64, torch.int64, torch.uint64, torch.complex128})
+__all__ = ["JaxFunction", "bind", "lookup", "register", "OP"]
 
 # An output structure template made only of Python constants, so that Dynamo
 # can rebuild the pytree in the graph: ("leaf", i) | ("none",) |
@@ -84,6 +85,9 @@ _by_identity: dict[tuple[Any, ...], str] = {}
 _signatures: dict[tuple[Any, ...], _Signature] = {}
 _templates: dict[str, Template] = {}
 _num_inputs: dict[str, int] = {}
+# ``hlobridge.call_jax``, set by :func:`bind`: what the op's eager
+# implementation runs.
+_run: Callable[..., Any] | None = None
 
 
 def lookup(key: str) -> JaxFunction:
@@ -129,7 +133,7 @@ def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, 
         return list(jax.tree_util.tree_leaves(structured(*arrays)))
 
     flat.__name__ = flat.__qualname__ = "main"
-    return _add(jax_bridge._name(fn), flat, structured, identity)
+    return _add(function_name(fn), flat, structured, identity)
 
 
 def _vjp_key(key: str) -> str:
@@ -152,16 +156,16 @@ def _vjp_key(key: str) -> str:
 
 
 def _jax_dtype(dt: torch.dtype) -> Any:
-    entry = jax_bridge._DTYPES.get(dt)
+    entry = DTYPES.get(dt)
     if entry is None:
         raise DtypeError(f"call_jax: unsupported tensor dtype {dt}")
     return entry[1]
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
-    for t, (_, j) in jax_bridge._DTYPES.items():
-        if np.dtype(j) == np.dtype(dtype):
-            return t
+    t = torch_dtype_of(dtype)
+    if t is not None:
+        return t
     raise DtypeError(f"call_jax: the JAX function returns dtype {dtype}, which torch cannot receive")
 
 
@@ -191,7 +195,7 @@ def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) ->
         return sig
     fn = lookup(key)
     sds = [jax.ShapeDtypeStruct(tuple(s), _jax_dtype(d)) for s, d in specs]  # type: ignore[no-untyped-call]
-    x64 = any(d in _X64_TORCH for _, d in specs)
+    x64 = any(d in X64 for _, d in specs)
     with jax.enable_x64(True) if x64 else contextlib.nullcontext():
         out_tree = jax.eval_shape(fn.structured, *sds)
     leaves = jax.tree_util.tree_leaves(out_tree)
@@ -213,8 +217,11 @@ def _call_jax_op(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         # Run for real while traced (make_fx(tracing_mode="real")): the fake
         # implementation never ran, so record the output structure here.
         signature(key, [(tuple(t.shape), t.dtype) for t in tensors])
+    if _run is None:
+        raise ArgumentError("hlobridge::call_jax: the op runs through hlobridge.call_jax; import it "
+                            "first (hlobridge.call_jax, or hlobridge.jax_bridge)")
     with torch.no_grad():
-        outs = jax_bridge.call_jax(fn.flat, *[t.detach() for t in tensors])
+        outs = _run(fn.flat, *[t.detach() for t in tensors])
     return list(outs)
 
 
@@ -277,7 +284,6 @@ def _fill(t: Template, outs: Sequence[torch.Tensor]) -> Any:
     return tuple(kids) if kind == "tuple" else kids
 
 
-@torch._dynamo.substitute_in_graph(jax_bridge.call_jax)  # type: ignore[misc]
 def _traced_call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """What Dynamo traces in place of :func:`hlobridge.call_jax`: one
     ``hlobridge::call_jax`` node, outputs rebuilt into ``fn``'s pytree."""
@@ -295,3 +301,15 @@ def traced_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     key = _register_traced(fn, spec, statics)
     outs = torch.ops.hlobridge.call_jax(key, tensors)
     return _fill(_output_template(key), outs)
+
+
+def bind(call_jax: Callable[..., Any]) -> None:
+    """Wire the op to :func:`hlobridge.call_jax` (``hlobridge.jax_bridge``
+    calls this once, when it is imported): the op's eager implementation
+    runs through ``call_jax``, and Dynamo traces ``call_jax`` as one
+    ``hlobridge::call_jax`` node (:func:`torch._dynamo.substitute_in_graph`)."""
+    global _run
+    if _run is not None:
+        return
+    torch._dynamo.substitute_in_graph(call_jax)(_traced_call_jax)
+    _run = call_jax

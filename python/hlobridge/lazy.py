@@ -47,9 +47,11 @@ from torch_xla.utils import dlpack as xla_dlpack
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError, DtypeError
-from hlobridge.jax_bridge import (_CODES, _DTYPES, _Entry, _name, _table, _unhashable, lower,
-                                  segment_of)
-from hlobridge.receipt import Segment, _record, cache_accounting
+from hlobridge.dtypes import CODES, DTYPES
+from hlobridge.entry_cache import Entry, table
+from hlobridge.lowering import lower, segment_of
+from hlobridge.receipt import Segment, cache_accounting, record
+from hlobridge.signature import function_name, unhashable_error
 
 __all__ = ["call_jax_lazy"]
 
@@ -59,7 +61,7 @@ TORCH_SEGMENT = "torch_xla lazy graph"
 
 
 def _mlir_type(t: torch.Tensor) -> str:
-    elem = _DTYPES[t.dtype][0]
+    elem = DTYPES[t.dtype][0]
     return f"tensor<{''.join(f'{d}x' for d in t.shape)}{elem}>"
 
 
@@ -70,7 +72,7 @@ def _check(tensors: list[torch.Tensor]) -> None:
             raise ArgumentError(
                 f"call_jax: tensor argument {i} is on {t.device}, but other arguments are torch_xla "
                 f"lazy tensors; put every tensor on the same xla device")
-        if t.dtype not in _CODES:
+        if t.dtype not in CODES:
             raise DtypeError(f"call_jax: unsupported tensor dtype {t.dtype} (tensor argument {i})")
         if grad and t.requires_grad:
             raise ArgumentError(
@@ -119,13 +121,13 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
     key = ("xla", graph, tuple((tuple(v.shape), v.dtype) for v in inputs), wiring, sub, treedef,
            sig, x64)
     try:
-        entry = _table(owner).get(key)
+        entry = table(owner).get(key)
     except TypeError:
-        raise _unhashable(leaves) from None
+        raise unhashable_error(leaves) from None
     built = None
     if entry is None:
         entry = built = _build(fn, treedef, leaves, inputs, len(data_ids), pending, wiring)
-        _table(owner)[key] = entry
+        table(owner)[key] = entry
     outcome, capture_s, compile_s, hits, compiles = cache_accounting(built)
     views = [torch.from_dlpack(xla_dlpack.to_dlpack(v)) for v in inputs]
     caps, out_ptrs, nviews, copies, run_s = _native.execute(
@@ -134,14 +136,14 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
     for t, value in zip(pending, outs[:entry.num_pending]):
         _X._replace_xla_tensor(t, value)
     result = entry.out_tree.unflatten(outs[entry.num_pending:])
-    _record((entry.platform, compiles, hits, outcome, entry.segments, nviews, copies,
-             tuple(out_ptrs[entry.num_pending:]), capture_s, compile_s, run_s, _perf() - t0))
+    record((entry.platform, compiles, hits, outcome, entry.segments, nviews, copies,
+            tuple(out_ptrs[entry.num_pending:]), capture_s, compile_s, run_s, _perf() - t0))
     return result
 
 
 def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list[torch.Tensor],
            num_graph_inputs: int, pending: list[torch.Tensor],
-           wiring: tuple[tuple[str, int], ...]) -> _Entry:
+           wiring: tuple[tuple[str, int], ...]) -> Entry:
     """Capture the pending graph (whose parameters are the first
     ``num_graph_inputs`` program inputs), lower ``fn``, stitch and compile."""
     platform = _native.runtime().platform
@@ -160,7 +162,7 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list
         segments.append((TORCH_SEGMENT, "torch", torch_text, "main",
                          [f"p{k}" for k in range(num_graph_inputs)],
                          [f"t{k}" for k in range(len(pending))]))
-    jax_name = _name(fn)
+    jax_name = function_name(fn)
     segments.append((jax_name, "jax", low.text, "main", [f"{w}{k}" for w, k in wiring],
                      [f"o{k}" for k in range(num_out)]))
     outputs = [f"t{k}" for k in range(len(pending))] + [f"o{k}" for k in range(num_out)]
@@ -172,8 +174,8 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list
         segs.append(Segment(name=TORCH_SEGMENT, producer="torch", fingerprint=exe.fingerprint,
                             num_inputs=num_graph_inputs, num_outputs=len(pending)))
     segs.append(segment_of(fn, low, platform, exe.fingerprint, len(wiring), num_out))
-    return _Entry(exe=exe, shapes=[tuple(v.shape) for v in inputs],
-                  codes=[_CODES[v.dtype] for v in inputs], out_tree=low.out_tree,
-                  segments=tuple(segs), platform=platform, outcome="content" if hit else "miss",
-                  lower_s=capture_s, compile_s=0.0 if hit else exe.compile_time_s,
-                  num_pending=len(pending))
+    return Entry(exe=exe, shapes=[tuple(v.shape) for v in inputs],
+                 codes=[CODES[v.dtype] for v in inputs], out_tree=low.out_tree,
+                 segments=tuple(segs), platform=platform, outcome="content" if hit else "miss",
+                 lower_s=capture_s, compile_s=0.0 if hit else exe.compile_time_s,
+                 num_pending=len(pending))

@@ -184,9 +184,9 @@ def _to_sds(arg: Any) -> jax.ShapeDtypeStruct:
     """A torch tensor, ShapeDtypeStruct, numpy/JAX array (anything with
     ``shape`` and ``dtype``) as a ShapeDtypeStruct."""
     if type(arg).__module__.startswith("torch"):
-        from hlobridge.jax_bridge import _DTYPES
+        from hlobridge.dtypes import DTYPES
 
-        return jax.ShapeDtypeStruct(tuple(arg.shape), _DTYPES[arg.dtype][1])
+        return jax.ShapeDtypeStruct(tuple(arg.shape), DTYPES[arg.dtype][1])
     if hasattr(arg, "shape") and hasattr(arg, "dtype"):
         return jax.ShapeDtypeStruct(tuple(arg.shape), np.dtype(arg.dtype))
     raise TypeError(f"trace_pallas: array arguments must be torch tensors or carry shape/dtype, "
@@ -196,7 +196,9 @@ def _to_sds(arg: Any) -> jax.ShapeDtypeStruct:
 # ---------------------------------------------------- jaxpr rewriting --
 
 
-def _kernel_name(params: dict[str, Any]) -> str:
+def kernel_name(params: dict[str, Any]) -> str:
+    """The name of the kernel of a ``pallas_call`` with these params
+    (``pallas_call(name=...)``, else the kernel function's name)."""
     if params.get("name"):
         return str(params["name"])
     dbg = getattr(params.get("jaxpr"), "debug_info", None)
@@ -204,7 +206,7 @@ def _kernel_name(params: dict[str, Any]) -> str:
     return str(src).split(" at ")[0] if src else "pallas_kernel"
 
 
-def _pallas_eqns(jaxpr: jcore.Jaxpr) -> Iterator[jcore.JaxprEqn]:
+def pallas_eqns(jaxpr: jcore.Jaxpr) -> Iterator[jcore.JaxprEqn]:
     """Every ``pallas_call`` equation, nested sub-jaxprs included, in order."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "pallas_call":
@@ -213,18 +215,19 @@ def _pallas_eqns(jaxpr: jcore.Jaxpr) -> Iterator[jcore.JaxprEqn]:
         for v in eqn.params.values():
             for sub in v if isinstance(v, (tuple, list)) else (v,):
                 if isinstance(sub, jcore.ClosedJaxpr):
-                    yield from _pallas_eqns(sub.jaxpr)
+                    yield from pallas_eqns(sub.jaxpr)
                 elif isinstance(sub, jcore.Jaxpr):
-                    yield from _pallas_eqns(sub)
+                    yield from pallas_eqns(sub)
 
 
-def _rewrite(jaxpr: jcore.Jaxpr, update: Callable[[dict[str, Any]], dict[str, Any]]) -> jcore.Jaxpr:
+def rewrite_pallas_calls(jaxpr: jcore.Jaxpr,
+                         update: Callable[[dict[str, Any]], dict[str, Any]]) -> jcore.Jaxpr:
     """``jaxpr`` with ``update(params)`` applied to every ``pallas_call``."""
     def sub(v: Any) -> Any:
         if isinstance(v, jcore.ClosedJaxpr):
-            return v.replace(jaxpr=_rewrite(v.jaxpr, update))
+            return v.replace(jaxpr=rewrite_pallas_calls(v.jaxpr, update))
         if isinstance(v, jcore.Jaxpr):
-            return _rewrite(v, update)
+            return rewrite_pallas_calls(v, update)
         if isinstance(v, tuple) and any(isinstance(x, (jcore.Jaxpr, jcore.ClosedJaxpr)) for x in v):
             return tuple(sub(x) for x in v)
         return v
@@ -363,10 +366,10 @@ def kernels_in(closed_jaxpr: Any, module_text: str, target: str) -> tuple[Kernel
     lowered in ``module_text`` for ``target``: interpret mode on ``cpu``,
     else the kernels' custom calls. Empty when there is no ``pallas_call``.
     ``call_jax`` uses this to put the kernels in its receipts."""
-    eqns = list(_pallas_eqns(closed_jaxpr.jaxpr))
+    eqns = list(pallas_eqns(closed_jaxpr.jaxpr))
     if not eqns:
         return ()
-    names = [_kernel_name(dict(e.params)) for e in eqns]
+    names = [kernel_name(dict(e.params)) for e in eqns]
     calls, _, _ = _custom_calls(module_text)
     kernel_calls = [c for c in calls if c.target in _CUSTOM_CALL_BACKENDS]
     backend = "interpret" if not kernel_calls else _CUSTOM_CALL_BACKENDS[kernel_calls[0].target]
@@ -405,10 +408,10 @@ def trace_pallas(kernel: Callable[..., Any], *args: Any, target: str = "cpu", ba
         closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*sds)
     except Exception as e:  # noqa: BLE001 - any tracing failure names the kernel
         raise PallasLoweringError(seg_name, target, f"tracing failed: {type(e).__name__}: {_first_line(e)}") from e
-    eqns = list(_pallas_eqns(closed.jaxpr))
+    eqns = list(pallas_eqns(closed.jaxpr))
     if not eqns:
         raise PallasLoweringError(seg_name, target, "the function contains no pallas_call")
-    names = [_kernel_name(e.params) for e in eqns]
+    names = [kernel_name(e.params) for e in eqns]
     out_tree = tree_util.tree_structure(out_shape)
     try:
         update, chosen = _update_for(target, backend)
@@ -427,7 +430,7 @@ def trace_pallas(kernel: Callable[..., Any], *args: Any, target: str = "cpu", ba
         fallback_used, fallback_reason = "interpret", reason
     calls, ins, outs = _custom_calls(text)
     kernels = _records(eqns, names, calls, target, chosen)
-    rewritten = closed.replace(jaxpr=_rewrite(closed.jaxpr, update))
+    rewritten = closed.replace(jaxpr=rewrite_pallas_calls(closed.jaxpr, update))
 
     def apply(*arrays: Any) -> Any:
         return tree_util.tree_unflatten(out_tree, jcore.eval_jaxpr(rewritten.jaxpr, rewritten.consts, *arrays))
@@ -444,7 +447,7 @@ def _first_line(e: BaseException) -> str:
 
 def _lower(closed: Any, update: Callable[[dict[str, Any]], dict[str, Any]], sds: list[Any], target: str,
            out_tree: Any) -> tuple[str, tuple[str, ...]]:
-    rewritten = closed.replace(jaxpr=_rewrite(closed.jaxpr, update))
+    rewritten = closed.replace(jaxpr=rewrite_pallas_calls(closed.jaxpr, update))
 
     def main(*arrays: Any) -> Any:
         return jcore.eval_jaxpr(rewritten.jaxpr, rewritten.consts, *arrays)

@@ -5,7 +5,7 @@ JAX lowers a ``pallas_call`` without ``interpret=True`` for the ``cpu``
 platform by raising a bare ``ValueError: Only interpret mode is supported on
 CPU backend``. Every place where hlobridge lowers a JAX function for its
 runtime (``call_jax`` and its autograd/lazy paths through
-:func:`hlobridge.jax_bridge.lower`, the ``torch.compile`` backend and
+:func:`hlobridge.lowering.lower`, the ``torch.compile`` backend and
 ``hb.compile_train_step`` through :mod:`hlobridge.dynamo.program`) lowers with
 :func:`lower_traced` instead of ``traced.lower(...)``. For the ``cpu``
 platform that passes JAX a lowering rule override for the ``pallas_call``
@@ -41,7 +41,7 @@ from typing import Any
 from jax._src.interpreters import mlir
 from jax._src.pallas.pallas_call import pallas_call_p
 
-from hlobridge.pallas import PallasLoweringError, _kernel_name, _pallas_eqns
+from hlobridge.pallas import PallasLoweringError, kernel_name, pallas_eqns
 
 __all__ = ["ENV", "auto_interpret_enabled", "cpu_interpret_error", "lowering_parameters", "lower_traced",
            "producer_of"]
@@ -78,7 +78,7 @@ def _auto_rule(ctx: Any, *in_nodes: Any, interpret: Any, **params: Any) -> Any:
 
 def _strict_rule(ctx: Any, *in_nodes: Any, interpret: Any, **params: Any) -> Any:
     if not interpret:
-        raise cpu_interpret_error(_kernel_name(params))
+        raise cpu_interpret_error(kernel_name(params))
     return _jax_rule()(ctx, *in_nodes, interpret=interpret, **params)
 
 
@@ -107,7 +107,7 @@ def lower_traced(traced: Any, platform: str) -> Any:
     except ValueError as e:
         if _JAX_CPU_MESSAGE not in str(e):
             raise
-        names = [_kernel_name(dict(q.params)) for q in _pallas_eqns(traced.jaxpr.jaxpr)
+        names = [kernel_name(dict(q.params)) for q in pallas_eqns(traced.jaxpr.jaxpr)
                  if not q.params.get("interpret")]
         raise cpu_interpret_error(", ".join(names) or "pallas_call") from e
 
@@ -115,4 +115,4 @@ def lower_traced(traced: Any, platform: str) -> Any:
 def producer_of(traced: Any) -> str:
     """Receipt producer of a traced JAX function (``jax.jit(...).trace(...)``):
     ``"pallas"`` when it embeds a ``pallas_call``, else ``"jax"``."""
-    return "pallas" if next(_pallas_eqns(traced.jaxpr.jaxpr), None) is not None else "jax"
+    return "pallas" if next(pallas_eqns(traced.jaxpr.jaxpr), None) is not None else "jax"

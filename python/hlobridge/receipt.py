@@ -79,7 +79,7 @@ def cache_accounting(built: _Built | None) -> tuple[CacheOutcome, float, float, 
     return built.outcome, built.lower_s, built.compile_s, st["cache_hits"], st["compiles"]
 
 
-def _record(raw: tuple[object, ...]) -> None:
+def record(raw: tuple[object, ...]) -> None:
     """Store the raw fields of a receipt for this thread (hot path)."""
     _native.record_receipt(raw)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from hlobridge import _native
 from hlobridge.pallas import KernelRecord, PallasLoweringError, PallasSegment, find_kernels
-from hlobridge.receipt import Segment, _record
+from hlobridge.receipt import Segment, record
 
 __all__ = ["KernelSegment", "StitchedProgram", "stitch_program"]
 
@@ -67,7 +67,7 @@ class StitchedProgram:
         import torch
         from torch.utils.dlpack import from_dlpack
 
-        from hlobridge.jax_bridge import _CODES
+        from hlobridge.dtypes import CODES
 
         t0 = time.perf_counter()
         platform = _native.runtime().platform
@@ -86,9 +86,9 @@ class StitchedProgram:
         ins = [t.contiguous() for t in tensors if isinstance(t, torch.Tensor)]
         caps, ptrs, views, copies, run_s = _native.execute(
             self._exe, [t.data_ptr() for t in ins], [tuple(t.shape) for t in ins],
-            [_CODES[t.dtype] for t in ins], ins)
+            [CODES[t.dtype] for t in ins], ins)
         st = _native.stats()
-        _record((platform, st["compiles"], st["cache_hits"], outcome, self.segments, views, copies,
+        record((platform, st["compiles"], st["cache_hits"], outcome, self.segments, views, copies,
                  tuple(ptrs), 0.0, compile_s, run_s, time.perf_counter() - t0))
         return [from_dlpack(c) for c in caps]
 

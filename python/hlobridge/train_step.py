@@ -37,7 +37,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from hlobridge._native import ArgumentError
-from hlobridge.jax_bridge import _MISS
+from hlobridge.entry_cache import MISS as _MISS
 from hlobridge.optim import Optimizer
 
 _Tensor = torch.Tensor

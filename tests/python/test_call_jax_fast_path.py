@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import hlobridge as hb
-from hlobridge import _native, jax_bridge
+from hlobridge import _native, entry_cache
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
@@ -39,13 +39,13 @@ def served_natively(fn, *args):
     """Call twice; before the second call hide the Python tables, so only
     the native table can serve it. Returns the second result and receipt."""
     hb.call_jax(fn, *args)
-    saved = dict(jax_bridge._fn_tables)
-    jax_bridge._fn_tables.clear()
+    saved = dict(entry_cache.fn_tables)
+    entry_cache.fn_tables.clear()
     try:
         out = hb.call_jax(fn, *args)
-        return out, hb.last_receipt(), len(jax_bridge._fn_tables) == 0
+        return out, hb.last_receipt(), len(entry_cache.fn_tables) == 0
     finally:
-        jax_bridge._fn_tables.update(saved)
+        entry_cache.fn_tables.update(saved)
 
 
 def test_plain_tensor_call_is_served_natively_zero_copy(gen):

@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hlobridge as hb
-from hlobridge import jax_bridge
+from hlobridge import entry_cache
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 
@@ -80,7 +80,7 @@ def _registered(f, *args):
     """Call once eagerly so the native fast path has the signature, and
     check that it serves the next call outside any mode."""
     hb.call_jax(f, *args)
-    assert jax_bridge._fast_call(f, args) is not jax_bridge._MISS
+    assert entry_cache.fast_call(f, args) is not entry_cache.MISS
     return f
 
 
@@ -138,23 +138,23 @@ def test_fast_path_declines_under_modes(gen) -> None:
     x = torch.randn(6, generator=gen)
     f = _registered(lambda a: a - 3.0, x)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        assert jax_bridge._fast_call(f, (x,)) is jax_bridge._MISS
+        assert entry_cache.fast_call(f, (x,)) is entry_cache.MISS
     with _Recording():
-        assert jax_bridge._fast_call(f, (x,)) is jax_bridge._MISS
+        assert entry_cache.fast_call(f, (x,)) is entry_cache.MISS
     with _FunctionMode():
-        assert jax_bridge._fast_call(f, (x,)) is jax_bridge._MISS
+        assert entry_cache.fast_call(f, (x,)) is entry_cache.MISS
 
     seen = []
 
     def inside_vmap(row):
-        seen.append(jax_bridge._fast_call(f, (x,)) is jax_bridge._MISS)
+        seen.append(entry_cache.fast_call(f, (x,)) is entry_cache.MISS)
         return row
 
     torch.vmap(inside_vmap)(torch.zeros(2, 3))
     assert seen == [True]
     # Outside every mode it serves the call again, with the right values.
-    out = jax_bridge._fast_call(f, (x,))
-    assert out is not jax_bridge._MISS
+    out = entry_cache.fast_call(f, (x,))
+    assert out is not entry_cache.MISS
     close(out, x - 3)
 
 
@@ -169,10 +169,10 @@ def test_call_under_a_dispatch_mode_is_computed(gen) -> None:
 def test_non_strided_tensors_decline_instead_of_failing(gen) -> None:
     x = torch.randn(4, generator=gen)
     f = _registered(lambda a: a + 1.0, x)
-    assert jax_bridge._fast_call(f, (x.to_sparse(),)) is jax_bridge._MISS
+    assert entry_cache.fast_call(f, (x.to_sparse(),)) is entry_cache.MISS
     if torch.backends.mkldnn.is_available():
         # Same dtype, shape and "contiguous", but no storage.
-        assert jax_bridge._fast_call(f, (x.to_mkldnn(),)) is jax_bridge._MISS
+        assert entry_cache.fast_call(f, (x.to_mkldnn(),)) is entry_cache.MISS
 
 
 _STORAGE_SWAP = """

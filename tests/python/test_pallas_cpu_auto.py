@@ -33,7 +33,7 @@ from jax.experimental import pallas as pl
 
 import hlobridge as hb
 from hlobridge import dynamo as hbd
-from hlobridge import jax_bridge, optim
+from hlobridge import lowering, optim
 from hlobridge.pallas import PallasLoweringError, trace_pallas
 from hlobridge.pallas_auto import ENV
 from hlobridge.stitching import KernelSegment
@@ -161,8 +161,8 @@ def test_auto_lowering_is_the_explicit_interpret_lowering() -> None:
     custom call); only the receipt's ``auto_interpret`` differs."""
     x, y = torch.randn(16, 256), torch.randn(16, 256)
     leaves, treedef = jax.tree_util.tree_flatten(((x, y), {}))
-    auto = jax_bridge.lower(lambda a, b: scale_add(a, b), treedef, leaves, "cpu")
-    explicit = jax_bridge.lower(lambda a, b: scale_add(a, b, interpret=True), treedef, leaves, "cpu")
+    auto = lowering.lower(lambda a, b: scale_add(a, b), treedef, leaves, "cpu")
+    explicit = lowering.lower(lambda a, b: scale_add(a, b, interpret=True), treedef, leaves, "cpu")
     assert auto.text == explicit.text
     assert "custom_call" not in auto.text
     seg = trace_pallas(scale_add, x, y, target="cpu")

@@ -38,8 +38,9 @@ from hlobridge.dynamo.engine import TensorSpec, get_engine
 from hlobridge.dynamo.errors import CompileBackendError
 from hlobridge.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
 from hlobridge.dynamo.random_inputs import RandomInput, lift_random_inputs
-from hlobridge.jax_bridge import _CODES, _DTYPES, _MISS, _PLAIN, _X64, _fast_call
-from hlobridge.receipt import Segment, _record, cache_accounting
+from hlobridge.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _PLAIN, X64 as _X64
+from hlobridge.entry_cache import MISS as _MISS, fast_call as _fast_call
+from hlobridge.receipt import Segment, cache_accounting, record as _record
 
 __all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
 

@@ -54,13 +54,13 @@ def _pallas(q: Any, kv: Any, kv_lens: Any, bt: Any, cu: Any, *, interpret: bool,
 
     if not interpret:
         return kernel_attention(q, kv, kv_lens, bt, cu, **kw)
-    from hlobridge.pallas import _rewrite
+    from hlobridge.pallas import rewrite_pallas_calls
 
     import jax
     from jax._src import core as jcore
 
     closed = jax.make_jaxpr(lambda *a: kernel_attention(*a, **kw))(q, kv, kv_lens, bt, cu)
-    jaxpr = _rewrite(closed.jaxpr, lambda p: {**p, "interpret": True})
+    jaxpr = rewrite_pallas_calls(closed.jaxpr, lambda p: {**p, "interpret": True})
     return jcore.eval_jaxpr(jaxpr, closed.consts, q, kv, kv_lens, bt, cu)[0]
 
 
