@@ -247,6 +247,18 @@ impl Plugin {
     }
 }
 
+#[cfg(test)]
+impl Plugin {
+    /// A second, unregistered handle on this plugin's library whose private
+    /// function table `patch` may change: unit tests use it to make single
+    /// PJRT calls fail.
+    pub(crate) fn patched_for_tests(&self, patch: impl FnOnce(&mut PJRT_Api)) -> Result<Plugin> {
+        let mut api = load_api(self.api.path())?;
+        patch(&mut api.table);
+        Ok(Plugin { api: Arc::new(api) })
+    }
+}
+
 /// Copies `len` bytes at `ptr` into a `String` (lossy UTF-8).
 ///
 /// # Safety

@@ -3,8 +3,8 @@
 use crate::client::Client;
 use crate::device::Device;
 use crate::dtype::{as_bytes, ElementType, NativeType};
-use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::{Completion, Event};
 use crate::ffi::{self, PjrtStruct};
 use crate::pjrt_call;
 use smallvec::SmallVec;
@@ -209,25 +209,13 @@ impl Buffer {
     /// Copies the buffer into `dst` (dense, major-to-minor), waiting for
     /// completion. `dst` must have exactly the host size.
     pub fn copy_to_host_bytes(&self, dst: &mut [u8]) -> Result<()> {
-        self.ensure_live("PJRT_Buffer_ToHostBuffer")?;
-        let m = self.meta()?;
-        let need = m.dtype.host_size_of(&m.dims).unwrap_or(usize::MAX);
-        if dst.len() != need {
-            return Err(Error::HostSize {
-                dims: m.dims.to_vec(),
-                dtype: m.dtype,
-                expected: need,
-                got: dst.len(),
-            });
+        // SAFETY: `dst` is valid for writes of `dst.len()` bytes for as long
+        // as it is borrowed, and the borrow outlives this call, which
+        // returns only once the copy is known to have completed.
+        match unsafe { self.start_copy_to_host(dst.as_mut_ptr(), dst.len())? } {
+            None => Ok(()),
+            Some(event) => event.wait_until_confirmed(),
         }
-        let mut a = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
-        a.src = self.inner.raw;
-        a.dst = dst.as_mut_ptr() as *mut c_void;
-        a.dst_size = dst.len();
-        // SAFETY: `dst` is valid for `dst_size` bytes and stays borrowed until
-        // the event completes (we wait below before returning).
-        unsafe { pjrt_call!(self.client().api(), PJRT_Buffer_ToHostBuffer, &mut a)? };
-        Event::from_raw(self.client().plugin().clone(), a.event).wait()
     }
 
     /// Copies the buffer to a new host byte vector.
@@ -237,9 +225,7 @@ impl Buffer {
             .dtype
             .host_size_of(&m.dims)
             .ok_or_else(|| Error::InvalidArgument("buffer too large".into()))?;
-        let mut v = vec![0u8; need];
-        self.copy_to_host_bytes(&mut v)?;
-        Ok(v)
+        self.to_host_vec::<u8>(need)
     }
 
     /// Copies the buffer to a host `Vec<T>`; `T` must match the element type.
@@ -252,19 +238,90 @@ impl Buffer {
                 T::TYPE
             )));
         }
-        let n: usize = m.dims.iter().map(|&d| d.max(0) as usize).product();
-        let mut v: Vec<T> = Vec::with_capacity(n);
-        // SAFETY: we view the spare capacity as bytes; the copy fills all of
-        // it with valid T encodings before `set_len`.
-        unsafe {
-            let bytes = std::slice::from_raw_parts_mut(
-                v.as_mut_ptr() as *mut u8,
-                n * std::mem::size_of::<T>(),
-            );
-            self.copy_to_host_bytes(bytes)?;
-            v.set_len(n);
+        let n = m
+            .dims
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d.max(0) as usize))
+            .ok_or_else(|| Error::InvalidArgument("buffer too large".into()))?;
+        self.to_host_vec::<T>(n)
+    }
+
+    /// Copies the buffer into a new `Vec<T>` of `n` elements (whose bytes
+    /// the copy fills completely: the caller checked the element type or
+    /// `T` is `u8`). A failed host allocation is an error naming its size,
+    /// not an abort. If the copy's completion cannot be confirmed, the
+    /// vector's memory is leaked rather than freed under the transfer.
+    fn to_host_vec<T: Copy>(&self, n: usize) -> Result<Vec<T>> {
+        let bytes = n
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::InvalidArgument("buffer too large".into()))?;
+        let mut v: Vec<T> = Vec::new();
+        if v.try_reserve_exact(n).is_err() {
+            let m = self.meta()?;
+            return Err(Error::Pjrt {
+                function: "host allocation for a device-to-host copy",
+                code: ErrorCode::ResourceExhausted,
+                message: format!(
+                    "Out of memory allocating {bytes} bytes for the host copy of a {}{:?} buffer.",
+                    m.dtype,
+                    &m.dims[..]
+                ),
+            });
         }
+        // Written through a raw pointer into the spare capacity: no
+        // reference to uninitialised memory is ever made.
+        let dst = v.spare_capacity_mut().as_mut_ptr() as *mut u8;
+        // SAFETY: the spare capacity holds at least `n` elements, i.e.
+        // `bytes` writable bytes, and `v` is neither used nor dropped until
+        // the copy is known to have completed (it is leaked otherwise).
+        match unsafe { self.start_copy_to_host(dst, bytes)? } {
+            None => {}
+            Some(event) => match event.wait_completion() {
+                Completion::Done(r) => r?,
+                Completion::Unknown(e) => {
+                    tracing::error!(error = %e, bytes, "device-to-host copy not confirmed complete; leaking its host memory");
+                    // SAFETY: the plugin may still be writing into `v`'s
+                    // allocation; freeing it could let that write land in
+                    // memory reused elsewhere, so it is leaked instead.
+                    std::mem::forget(v);
+                    return Err(e);
+                }
+            },
+        }
+        // SAFETY: the completed copy wrote all `bytes` bytes, i.e. `n`
+        // elements; every byte pattern is a valid `T` (a `NativeType`
+        // matching the buffer's element type, or `u8`).
+        unsafe { v.set_len(n) };
         Ok(v)
+    }
+
+    /// Starts `PJRT_Buffer_ToHostBuffer` into `len` bytes at `dst`, after
+    /// checking that `len` is the buffer's host size. Returns the event to
+    /// wait for (`None`: already complete). `Err` means no copy was started.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes until the returned
+    /// event is known to have completed.
+    unsafe fn start_copy_to_host(&self, dst: *mut u8, len: usize) -> Result<Option<Event>> {
+        self.ensure_live("PJRT_Buffer_ToHostBuffer")?;
+        let m = self.meta()?;
+        let need = m.dtype.host_size_of(&m.dims).unwrap_or(usize::MAX);
+        if len != need {
+            return Err(Error::HostSize {
+                dims: m.dims.to_vec(),
+                dtype: m.dtype,
+                expected: need,
+                got: len,
+            });
+        }
+        let mut a = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        a.src = self.inner.raw;
+        a.dst = dst as *mut c_void;
+        a.dst_size = len;
+        // SAFETY: live buffer; `dst` is valid for `len` bytes until the
+        // event completes (the caller's contract).
+        unsafe { pjrt_call!(self.client().api(), PJRT_Buffer_ToHostBuffer, &mut a)? };
+        Ok((!a.event.is_null()).then(|| Event::from_raw(self.client().plugin().clone(), a.event)))
     }
 
     /// Platform-dependent address of the data (`PJRT_Buffer_UnsafePointer`).
@@ -395,7 +452,9 @@ impl Client {
         // `done_with_host_buffer` below before the borrow of `data` ends.
         unsafe { pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut a)? };
         let buf = Buffer::from_raw(self.clone(), a.buffer);
-        Event::from_raw(self.plugin().clone(), a.done_with_host_buffer).wait()?;
+        // `data` is borrowed, so it cannot be leaked: return only once the
+        // plugin is known to be done reading it.
+        Event::from_raw(self.plugin().clone(), a.done_with_host_buffer).wait_until_confirmed()?;
         let _ = buf.inner.meta.set(Meta {
             dtype,
             dims: Dims::from_slice(dims),

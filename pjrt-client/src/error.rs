@@ -206,3 +206,57 @@ pub enum Error {
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
 }
+
+impl Error {
+    /// The size in bytes of the allocation that failed, when this error is
+    /// an out-of-memory report: the CPU plugin's own ("Out of memory
+    /// allocating N bytes.", code `ResourceExhausted` for buffers, or
+    /// `Internal` with "Error preparing computation: ..." for a program's
+    /// temporaries) or this crate's host allocations (same wording, code
+    /// `ResourceExhausted`).
+    pub fn out_of_memory_bytes(&self) -> Option<u64> {
+        let Error::Pjrt { message, .. } = self else {
+            return None;
+        };
+        const KEY: &str = "Out of memory allocating ";
+        let rest = &message[message.find(KEY)? + KEY.len()..];
+        let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+        rest[digits.len()..]
+            .starts_with(" bytes")
+            .then(|| digits.parse().ok())
+            .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_sizes_are_read_from_the_message() {
+        let e = |code, message: &str| Error::Pjrt {
+            function: "f",
+            code,
+            message: message.into(),
+        };
+        assert_eq!(
+            e(ErrorCode::ResourceExhausted, "Out of memory allocating 68719476736 bytes.")
+                .out_of_memory_bytes(),
+            Some(68719476736)
+        );
+        assert_eq!(
+            e(
+                ErrorCode::Internal,
+                "Error preparing computation: Out of memory allocating 8858370048 bytes."
+            )
+            .out_of_memory_bytes(),
+            Some(8858370048)
+        );
+        assert_eq!(e(ErrorCode::Internal, "boom").out_of_memory_bytes(), None);
+        assert_eq!(
+            e(ErrorCode::Internal, "Out of memory allocating lots").out_of_memory_bytes(),
+            None
+        );
+        assert_eq!(Error::InvalidArgument("x".into()).out_of_memory_bytes(), None);
+    }
+}

@@ -51,7 +51,7 @@ pub use device::{Device, Memory};
 pub use discovery::{find_plugin, DiscoveryOptions, FoundPlugin};
 pub use dtype::{ElementType, NativeType};
 pub use error::{Error, ErrorCode, Result};
-pub use event::Event;
+pub use event::{Completion, Event};
 pub use executable::{ArrayInfo, Executable, LoadedExecutable};
 pub use execute::{Donation, ExecuteOptions};
 pub use hlo::{FusionInfo, OptimizedHlo};
