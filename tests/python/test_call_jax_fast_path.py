@@ -4,8 +4,8 @@ lifetimes.
 
 A call is on the fast path when its receipt says ``cache == "hit"`` and it
 was served without entering Python's per-function table; we tell the two
-apart by clearing the Python tables (``_fn_tables``) after the first call:
-the native table still answers. Numerics are compared with torch eager on
+apart by clearing the Python tables (``entry_cache.fn_tables``) after the
+first call: the native table still answers. Numerics are compared with torch eager on
 fresh random inputs (float32, rtol=1e-5, atol=1e-6).
 """
 
