@@ -56,6 +56,11 @@ impl Drop for Executable {
 }
 
 impl Executable {
+    /// Takes ownership of an unloaded executable (from `PJRT_Compile`).
+    pub(crate) fn from_owned(plugin: Plugin, raw: *mut ffi::PJRT_Executable) -> Executable {
+        Executable { plugin, raw }
+    }
+
     /// Raw `PJRT_Executable*`.
     pub fn raw(&self) -> *mut ffi::PJRT_Executable {
         self.raw

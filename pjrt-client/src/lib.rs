@@ -25,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod accel;
 pub mod api;
 pub mod buffer;
 pub mod client;
@@ -41,6 +42,7 @@ pub mod ffi;
 pub mod hlo;
 pub mod host_kernels;
 pub mod layout;
+pub mod topology;
 pub mod wait_policy;
 
 pub use api::{Api, ExtensionInfo, Plugin};
@@ -57,3 +59,4 @@ pub use execute::{Donation, ExecuteOptions};
 pub use hlo::{FusionInfo, OptimizedHlo};
 pub use hlobridge_proto as proto;
 pub use host_kernels::HostKernels;
+pub use topology::{CompiledMemoryStats, DeviceDescription, Topology, UnloadedExecutable};

@@ -100,6 +100,7 @@ mod client;
 pub mod dlpack;
 mod exec;
 mod ffi_ext;
+mod topology;
 
 pub use self::api::*;
 pub use self::base::*;
@@ -107,6 +108,7 @@ pub use self::buffer::*;
 pub use self::client::*;
 pub use self::exec::*;
 pub use self::ffi_ext::*;
+pub use self::topology::*;
 
 /// Opaque handle types (never dereferenced on the Rust side).
 macro_rules! opaque {
@@ -174,6 +176,7 @@ pub fn all_layouts() -> Vec<StructLayout> {
     v.extend_from_slice(client::CLIENT_LAYOUTS);
     v.extend_from_slice(exec::EXEC_LAYOUTS);
     v.extend_from_slice(buffer::BUFFER_LAYOUTS);
+    v.extend_from_slice(topology::TOPOLOGY_LAYOUTS);
     v.extend_from_slice(buffer::buffer_manual_layouts());
     v.push(api::api_layout());
     v

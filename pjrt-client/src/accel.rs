@@ -1,0 +1,108 @@
+//! Finding accelerator compilers for deviceless compilation: libtpu (the
+//! `libtpu` pip package), the CUDA PJRT plugin (`jax-cuda12-pjrt`, its
+//! `jax_plugins/xla_cuda12` package) and the CUDA toolkit pieces it needs
+//! (`ptxas`, `libdevice` from `nvidia-cuda-nvcc-cu12`).
+//!
+//! Search order for each: an explicit environment variable
+//! (`TPU_LIBRARY_PATH`, `HLOBRIDGE_CUDA_PLUGIN`, `HLOBRIDGE_CUDA_DATA_DIR`),
+//! then `HLOBRIDGE_ACCEL_DIR`, then `<venv>/accel` (where `scripts/setup.sh`
+//! installs them, kept off `sys.path` so that `import jax` never sees
+//! them) for `VIRTUAL_ENV` and a `.venv` above the current directory or this
+//! crate, then every site-packages of [`crate::discovery::site_packages_dirs`].
+
+use std::path::{Path, PathBuf};
+
+/// Directories that may hold the accelerator packages, in search order.
+pub fn accel_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("HLOBRIDGE_ACCEL_DIR").filter(|v| !v.is_empty()) {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Some(v) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        dirs.push(Path::new(&v).join("accel"));
+    }
+    let mut starts = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        starts.push(cwd);
+    }
+    starts.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    for s in starts {
+        if let Some(v) = s.ancestors().map(|a| a.join(".venv")).find(|v| v.is_dir()) {
+            dirs.push(v.join("accel"));
+        }
+    }
+    dirs.extend(crate::discovery::site_packages_dirs());
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.clone()));
+    dirs
+}
+
+/// Where an accelerator piece was looked for, for error messages.
+pub fn searched(env_var: &str, rel: &str) -> String {
+    let dirs: Vec<String> = accel_dirs()
+        .iter()
+        .map(|d| d.join(rel).display().to_string())
+        .collect();
+    format!("${env_var}, {}", dirs.join(", "))
+}
+
+fn find(env_var: &str, rel: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env_var).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return p.exists().then_some(p);
+    }
+    accel_dirs().into_iter().map(|d| d.join(rel)).find(|p| p.exists())
+}
+
+/// Path of `libtpu.so` relative to an accel dir / site-packages.
+pub const LIBTPU_REL: &str = "libtpu/libtpu.so";
+/// Path of the CUDA 12 PJRT plugin relative to an accel dir / site-packages.
+pub const CUDA_PLUGIN_REL: &str = "jax_plugins/xla_cuda12/xla_cuda_plugin.so";
+/// The CUDA data dir (with `bin/ptxas` and `nvvm/libdevice`) relative to an
+/// accel dir / site-packages.
+pub const CUDA_DATA_REL: &str = "nvidia/cuda_nvcc";
+
+/// `libtpu.so`: `TPU_LIBRARY_PATH`, else `libtpu/libtpu.so` in [`accel_dirs`].
+pub fn find_libtpu() -> Option<PathBuf> {
+    find("TPU_LIBRARY_PATH", LIBTPU_REL)
+}
+
+/// The CUDA PJRT plugin: `HLOBRIDGE_CUDA_PLUGIN`, else
+/// `jax_plugins/xla_cuda12/xla_cuda_plugin.so` in [`accel_dirs`].
+pub fn find_cuda_plugin() -> Option<PathBuf> {
+    find("HLOBRIDGE_CUDA_PLUGIN", CUDA_PLUGIN_REL)
+}
+
+/// A CUDA data dir holding `bin/ptxas` and `nvvm/libdevice`:
+/// `HLOBRIDGE_CUDA_DATA_DIR`, else `nvidia/cuda_nvcc` in [`accel_dirs`].
+pub fn find_cuda_data_dir() -> Option<PathBuf> {
+    find("HLOBRIDGE_CUDA_DATA_DIR", CUDA_DATA_REL)
+        .filter(|d| d.join("bin/ptxas").exists() && d.join("nvvm/libdevice").is_dir())
+}
+
+/// Sets `TPU_SKIP_MDS_QUERY=1` unless the variable is already set: without
+/// it libtpu queries the cloud metadata server at load time and hangs off
+/// GCP. Call before loading libtpu, while the process has one thread (the
+/// environment is process-global).
+pub fn skip_tpu_metadata_query() {
+    if std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() {
+        std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
+    }
+}
+
+/// Appends `--xla_gpu_cuda_data_dir=DIR` to `XLA_FLAGS` unless a data dir
+/// is already given there. Call before the CUDA plugin first compiles,
+/// while the process has one thread.
+pub fn set_cuda_data_dir_flag(dir: &Path) {
+    let cur = std::env::var("XLA_FLAGS").unwrap_or_default();
+    if cur.contains("--xla_gpu_cuda_data_dir") {
+        return;
+    }
+    let flag = format!("--xla_gpu_cuda_data_dir={}", dir.display());
+    let new = if cur.trim().is_empty() {
+        flag
+    } else {
+        format!("{cur} {flag}")
+    };
+    std::env::set_var("XLA_FLAGS", new);
+}
