@@ -88,7 +88,7 @@ class TorchXlaLazyEngine:
         C = self._xla._XLAC
         with self._lock, unset_fake_temporarily(), torch.no_grad():
             dev = self._device
-            gm = _on_device(gm, dev)
+            gm = _on_device(gm, dev, inputs)
             ins = [_trace_value(shape, dt, i).to(dev) for i, (shape, dt) in enumerate(inputs)]
             index = {C._xla_get_tensor_id(t): i for i, t in enumerate(ins)}
             metrics.clear_counters()
@@ -194,12 +194,19 @@ def _batch_norm_in_place(x: torch.Tensor, weight: torch.Tensor | None,
     return out, mean, rstd
 
 
-def _on_device(gm: torch.fx.GraphModule, dev: torch.device) -> torch.fx.GraphModule:
+def _on_device(gm: torch.fx.GraphModule, dev: torch.device,
+               inputs: list[TensorSpec] | None = None) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
     their tensors on ``dev`` instead of the CPU, with the rewrites torch_xla
     needs (reduce-all dimensions spelled out, slice bounds clamped) and
     without dead nodes."""
     graph = copy.deepcopy(gm.graph)
+    # A piece's placeholders carry no metadata: give them their concrete
+    # type, which the rewrites below read.
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for node, (shape, dt) in zip(placeholders, inputs or []):
+        if "val" not in node.meta:
+            node.meta["val"] = torch.empty(shape, dtype=dt, device="meta")
     for node in graph.nodes:
         device = node.kwargs.get("device")
         if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":

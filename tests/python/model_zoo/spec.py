@@ -1,0 +1,54 @@
+"""What the model zoo knows about one model: how to build a tiny random
+instance, make a batch for it, and read its logits.
+
+Every builder is a tiny *random* configuration made in code (no weights, no
+network); dropout and stochastic depth are off so that training runs can be
+compared with eager torch step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["ZooModel", "zoo_loss"]
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One model of the zoo."""
+
+    name: str
+    """Short id used in test ids and in docs/models.md (``hf-gpt2``)."""
+    library: str
+    """``transformers``, ``torchvision`` or ``timm``."""
+    config: str
+    """The tiny configuration, in words (for docs/models.md)."""
+    build: Callable[[], torch.nn.Module]
+    """A fresh random instance (seed torch first)."""
+    inputs: Callable[[], tuple[torch.Tensor, ...]]
+    """A fresh random batch of model inputs (seed torch first)."""
+    target: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]
+    """Integer class targets for a batch (``cross_entropy`` over the last
+    axis of the logits)."""
+    logits: Callable[..., torch.Tensor]
+    """``logits(model, *inputs)``: runs the model (the module, its
+    ``torch.compile`` d form, or the functional stand-in of
+    ``compile_train_step``) and returns its logits."""
+    heavy: bool = False
+    """Slow to compile on 2 cores: its cells carry the ``zoo_heavy`` marker."""
+
+
+def zoo_loss(model: ZooModel) -> Callable[..., torch.Tensor]:
+    """``loss_fn(m, *inputs, target)``: mean cross-entropy of the logits."""
+
+    def loss_fn(m: Any, *batch: torch.Tensor) -> torch.Tensor:
+        *xs, y = batch
+        out = model.logits(m, *xs)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    return loss_fn
