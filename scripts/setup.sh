@@ -3,7 +3,10 @@
 #   1. Debian packages (only what is missing),
 #   2. the Python venv at .venv with the pinned stack (requirements.txt),
 #   3. the Rust CLI, installed as .venv/bin/hlobridge,
-#   4. the Python package `hlobridge` (maturin develop into .venv).
+#   4. the Python package `hlobridge` (maturin develop into .venv),
+#   5. the accelerator compilers of requirements-accel.txt (libtpu, the CUDA
+#      PJRT plugin, ptxas) into .venv/accel, off sys.path; HLOBRIDGE_ACCEL=0
+#      skips them (see docs/accelerators.md).
 # A second run with nothing changed takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +42,17 @@ if [ "$(cat "$STAMPS/requirements" 2>/dev/null)" != "$req_hash" ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements.txt
   echo "$req_hash" > "$STAMPS/requirements"
+fi
+
+# 2b. Accelerator compilers for deviceless compile (opt out: HLOBRIDGE_ACCEL=0).
+if [ "${HLOBRIDGE_ACCEL:-1}" != "0" ]; then
+  accel_hash=$(sha256sum requirements-accel.txt | cut -d' ' -f1)
+  if [ "$(cat "$STAMPS/accel" 2>/dev/null)" != "$accel_hash" ] || [ ! -f .venv/accel/libtpu/libtpu.so ]; then
+    log "installing accelerator compilers into .venv/accel (~1.2 GB; HLOBRIDGE_ACCEL=0 skips)"
+    rm -rf .venv/accel
+    .venv/bin/pip install -q --no-deps --target .venv/accel -r requirements-accel.txt
+    echo "$accel_hash" > "$STAMPS/accel"
+  fi
 fi
 
 # 3. Rust CLI.

@@ -1,0 +1,105 @@
+//! Deviceless compiles for TPU (libtpu) and NVIDIA GPU (the CUDA PJRT
+//! plugin) of StableHLO programs, against topologies with no device here.
+//!
+//! The plugins are installed by `scripts/setup.sh` into `.venv/accel`. When
+//! one is missing these tests skip with a message, except under `CI=true`
+//! where setup must have installed them and a missing plugin fails.
+
+use pjrt_client::{accel, CompileOptions, OptionValue, Plugin, Program, Topology};
+use std::sync::OnceLock;
+
+fn require(what: &str, found: Option<std::path::PathBuf>) -> Option<std::path::PathBuf> {
+    if found.is_none() {
+        let msg = format!("{what} not installed (scripts/setup.sh installs it into .venv/accel)");
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        let opted_out = std::env::var("HLOBRIDGE_ACCEL").is_ok_and(|v| v == "0");
+        assert!(!ci || opted_out, "{msg}; CI=true requires it");
+        eprintln!("skipping: {msg}");
+    }
+    found
+}
+
+fn tpu() -> Option<Plugin> {
+    static P: OnceLock<Option<Plugin>> = OnceLock::new();
+    P.get_or_init(|| {
+        let path = require("libtpu", accel::find_libtpu())?;
+        accel::skip_tpu_metadata_query();
+        Some(Plugin::load(path).expect("load libtpu"))
+    })
+    .clone()
+}
+
+const TANH_MATMUL: &str = r#"module @m {
+  func.func public @main(%a: tensor<256x512xf32>, %b: tensor<512x128xf32>) -> tensor<256x128xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<256x512xf32>, tensor<512x128xf32>) -> tensor<256x128xf32>
+    %1 = stablehlo.tanh %0 : tensor<256x128xf32>
+    return %1 : tensor<256x128xf32>
+  }
+}"#;
+
+#[test]
+fn tpu_v5e_topology_and_compile() {
+    let Some(p) = tpu() else { return };
+    // libtpu's C API is newer than our 0.81 declarations: accepted by size.
+    assert!(p.api().version().1 > 81, "{:?}", p.api().version());
+    assert!(p.api().struct_size() > std::mem::size_of::<pjrt_client::ffi::PJRT_Api>());
+    let t = Topology::new(&p, "v5e:2x2", &[]).expect("topology");
+    assert_eq!(t.platform_name().unwrap(), "tpu");
+    let devs = t.devices().unwrap();
+    assert_eq!(devs.len(), 4);
+    assert_eq!(devs[0].kind, "TPU v5 lite");
+    assert!(devs.iter().all(|d| d.attributes.iter().any(|(k, _)| k == "coords")));
+    let exe = t.compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default()).expect("compile");
+    assert_eq!(exe.name().unwrap(), "m");
+    let code = exe.generated_code_size().unwrap();
+    assert!(code > 0);
+    let m = exe.memory_stats().unwrap();
+    assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);
+    assert_eq!(m.outputs, 256 * 128 * 4);
+    assert_eq!(m.generated_code, code);
+    assert!(exe.serialize().unwrap().len() as i64 > code / 2);
+    let txt = exe.optimized_text().unwrap();
+    assert!(txt.contains("tanh") && txt.contains("ENTRY"), "{txt}");
+    // A bad topology name is a PJRT error, not a crash.
+    assert!(matches!(Topology::new(&p, "v99:1x1", &[]), Err(pjrt_client::Error::Pjrt { .. })));
+}
+
+fn cuda() -> Option<Plugin> {
+    static P: OnceLock<Option<Plugin>> = OnceLock::new();
+    P.get_or_init(|| {
+        let path = require("the CUDA PJRT plugin", accel::find_cuda_plugin())?;
+        let data = require("nvidia-cuda-nvcc-cu12 (ptxas, libdevice)", accel::find_cuda_data_dir())?;
+        accel::set_cuda_data_dir_flag(&data);
+        Some(Plugin::load(path).expect("load the CUDA plugin"))
+    })
+    .clone()
+}
+
+fn h100_config() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../bridge/cli/targets/h100_sxm.txtpb")).unwrap()
+}
+
+#[test]
+fn cuda_h100_compile() {
+    let Some(p) = cuda() else { return };
+    assert!(p.api().version().1 > 81, "{:?}", p.api().version());
+    let opts = vec![
+        ("topology".to_string(), OptionValue::String("1x1x1".into())),
+        ("target_config".to_string(), OptionValue::String(h100_config())),
+    ];
+    let t = Topology::new(&p, "", &opts).expect("topology");
+    assert_eq!(t.platform_name().unwrap(), "cuda");
+    let devs = t.devices().unwrap();
+    assert_eq!(devs.len(), 1);
+    assert_eq!(devs[0].kind, "NVIDIA H100 80GB HBM3");
+    let exe = t.compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default()).expect("compile");
+    let m = exe.memory_stats().unwrap();
+    assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);
+    assert_eq!(m.outputs, 256 * 128 * 4);
+    // The GEMM becomes a Triton/custom fusion ("gemm_fusion").
+    let h = exe.optimized_hlo().unwrap();
+    assert!(h.fusions().iter().any(|f| f.kind == "kCustom"), "{}", h.to_text());
+    assert!(!exe.serialize().unwrap().is_empty());
+    // Without target_config the plugin has no GPU to describe.
+    assert!(Topology::new(&p, "", &opts[..1]).is_err());
+}
