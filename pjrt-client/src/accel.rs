@@ -80,13 +80,18 @@ pub fn find_cuda_data_dir() -> Option<PathBuf> {
         .filter(|d| d.join("bin/ptxas").exists() && d.join("nvvm/libdevice").is_dir())
 }
 
-/// Sets `TPU_SKIP_MDS_QUERY=1` unless the variable is already set: without
-/// it libtpu queries the cloud metadata server at load time and hangs off
-/// GCP. Call before loading libtpu, while the process has one thread (the
-/// environment is process-global).
+/// Sets `TPU_SKIP_MDS_QUERY=1` (without it libtpu queries the cloud
+/// metadata server at load time and hangs off GCP) and
+/// `ALLOW_MULTIPLE_LIBTPU_LOAD=1` (deviceless compiles claim no chip, so
+/// several processes may load libtpu at once instead of failing on
+/// `/tmp/libtpu_lockfile`), each unless already set. Call before loading
+/// libtpu, while the process has one thread (the environment is
+/// process-global).
 pub fn skip_tpu_metadata_query() {
-    if std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() {
-        std::env::set_var("TPU_SKIP_MDS_QUERY", "1");
+    for var in ["TPU_SKIP_MDS_QUERY", "ALLOW_MULTIPLE_LIBTPU_LOAD"] {
+        if std::env::var_os(var).is_none() {
+            std::env::set_var(var, "1");
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `hlobridge` command line.
 
 mod bind;
+mod cmd_compile;
 mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
@@ -8,6 +9,7 @@ mod cmd_run;
 mod cmd_stitch;
 mod cmd_viz;
 mod compare;
+mod compile_oom;
 mod conform_case;
 mod known_failures;
 mod npy;
@@ -46,6 +48,10 @@ enum Command {
     Conform(cmd_conform::ConformArgs),
     /// Draw a stitch plan or a module as SVG, HTML or Graphviz DOT.
     Viz(cmd_viz::VizArgs),
+    /// Compile a module deviceless for a TPU (libtpu), an NVIDIA GPU (CUDA
+    /// plugin) or the CPU; report memory vs capacity, fusions, kernels.
+    /// Out-of-memory exits 2.
+    Compile(cmd_compile::CompileArgs),
 }
 
 fn init_logging() {
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Stitch(a) => cmd_stitch::run(a),
         Command::Viz(a) => cmd_viz::run(a),
+        Command::Compile(a) => return cmd_compile::run(a),
         Command::Conform(a) => match cmd_conform::run(a) {
             Ok(code) => return code,
             Err(e) => Err(e),
