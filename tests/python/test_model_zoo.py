@@ -13,7 +13,9 @@ failure messages).
 
 A cell that cannot work is listed in ``EXPECTED_ERRORS`` with the named
 error it must raise (it fails if it starts passing, or raises anything
-else). Cells of models marked heavy run only with ``HLOBRIDGE_ZOO=all``.
+else). Cells marked heavy (minutes of cold XLA compiles) run only with
+``HLOBRIDGE_ZOO=all``; the 40-BatchNorm regression test below stands in
+for MobileNetV3's whole-step failure in the default run.
 With ``HLOBRIDGE_ZOO_JSON=path`` every cell's outcome, measured
 differences and time are written there; ``scripts/gen_models_table.py``
 renders that file as docs/models.md.
@@ -73,12 +75,15 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
+# Dynamo itself reads ``.grad`` of a non-leaf tensor while tracing T5 and
+# BART for training (backend="eager" too), and warns.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", [m.name for m in MODELS])
 def test_zoo_cell(name: str, path: str) -> None:
     spec = by_name(name)
-    if spec.heavy and not RUN_HEAVY:
-        pytest.skip("heavy zoo model: runs with HLOBRIDGE_ZOO=all")
+    if path in spec.heavy and not RUN_HEAVY:
+        pytest.skip("heavy zoo cell: runs with HLOBRIDGE_ZOO=all")
     key = f"{name}/{path}"
     expected = EXPECTED_ERRORS.get((name, path))
     t0 = time.perf_counter()

@@ -7,7 +7,8 @@ against eager torch on the same fresh random batches:
   :data:`INFER_TOL`, and not vanishingly small (BatchNorm statistics are
   first set from real batches).
 - ``compile_train``: the compiled module in ``train()``, ``loss.backward()``
-  and ``torch.optim.SGD(lr=0.01, momentum=0.9)``, 2 steps.
+  and ``torch.optim.SGD(lr=0.01, momentum=0.9)``, 2 steps (learning rates
+  times the model's ``lr_scale``: 0.1 for BatchNorm convnets).
 - ``step_sgd``: ``hb.compile_train_step`` with ``hb.optim.SGD(lr=0.01,
   momentum=0.9)`` vs ``torch.optim.SGD``, 3 steps.
 - ``step_adam``: the same with ``hb.optim.Adam(lr=1e-3)`` vs
@@ -46,6 +47,7 @@ PARAM_TOL = dict(rtol=1e-3, atol=1e-4)
 ADAM_TOL = dict(rtol=1e-3, atol=2e-4)
 F32_FACTOR = 10.0
 SGD_LR = 0.01
+ADAM_LR = 1e-3
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: dict[str, float], what: str) -> float:
@@ -183,7 +185,7 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module) -> dict[str, float]:
     e32, e64 = copy.deepcopy(model), _reference(model)
     loss_fn = zoo_loss(spec)
     compiled = torch.compile(model, backend="hlobridge", dynamic=False)
-    opts = [torch.optim.SGD(m.parameters(), lr=SGD_LR, momentum=0.9)
+    opts = [torch.optim.SGD(m.parameters(), lr=SGD_LR * spec.lr_scale, momentum=0.9)
             for m in (model, e32, e64)]
     errs = _Errors()
     for i, batch in enumerate(_batches(spec, 2)):
@@ -234,10 +236,11 @@ def run_path(spec: ZooModel, path: str, seed: int) -> dict[str, float]:
         return _compile_infer(spec, model)
     if path == "compile_train":
         return _compile_train(spec, model)
+    sgd_lr, adam_lr = SGD_LR * spec.lr_scale, ADAM_LR * spec.lr_scale
     if path == "step_sgd":
-        return _step(spec, model, hb.optim.SGD(lr=SGD_LR, momentum=0.9),
-                     lambda ps: torch.optim.SGD(ps, lr=SGD_LR, momentum=0.9), PARAM_TOL)
+        return _step(spec, model, hb.optim.SGD(lr=sgd_lr, momentum=0.9),
+                     lambda ps: torch.optim.SGD(ps, lr=sgd_lr, momentum=0.9), PARAM_TOL)
     if path == "step_adam":
-        return _step(spec, model, hb.optim.Adam(lr=1e-3),
-                     lambda ps: torch.optim.Adam(ps, lr=1e-3), ADAM_TOL)
+        return _step(spec, model, hb.optim.Adam(lr=adam_lr),
+                     lambda ps: torch.optim.Adam(ps, lr=adam_lr), ADAM_TOL)
     raise ValueError(f"unknown path {path!r}")

@@ -39,8 +39,13 @@ class ZooModel:
     """``logits(model, *inputs)``: runs the model (the module, its
     ``torch.compile`` d form, or the functional stand-in of
     ``compile_train_step``) and returns its logits."""
-    heavy: bool = False
-    """Slow to compile on 2 cores: its cells carry the ``zoo_heavy`` marker."""
+    lr_scale: float = 1.0
+    """Multiplies the training paths' learning rates (SGD 0.01, Adam 1e-3):
+    0.1 for BatchNorm convnets, whose float32 training drifts from float64
+    within 3 steps at the full rates (eager torch's as much as ours)."""
+    heavy: tuple[str, ...] = ()
+    """Paths too slow to compile on 2 cores for every ``make test`` (cold
+    XLA compiles of a few minutes): run with ``HLOBRIDGE_ZOO=all``."""
 
 
 def zoo_loss(model: ZooModel) -> Callable[..., torch.Tensor]:

@@ -2,7 +2,7 @@
 MobileNetV3-Small, EfficientNet-B0 and ConvNeXt-Tiny layouts, and timm's
 ViT and MLP-Mixer.
 
-Images are 3x32x32, batch 8, 10 classes. ResNet-18 and MobileNetV3-Small
+Images are 3x32x32, batch 16, 10 classes. ResNet-18 and MobileNetV3-Small
 are torchvision's own constructors (full width; small images keep them
 cheap); EfficientNet-B0 and ConvNeXt-Tiny keep their block layouts at a
 reduced width and depth (the ``efficientnet_b0``/``convnext_tiny``
@@ -18,7 +18,7 @@ from model_zoo.spec import ZooModel
 
 __all__ = ["MODELS"]
 
-BATCH, CLASSES = 8, 10
+BATCH, CLASSES = 16, 10
 
 
 def _image() -> tuple[torch.Tensor, ...]:
@@ -85,19 +85,22 @@ def _timm_mixer() -> torch.nn.Module:
     return model
 
 
-def _model(name: str, library: str, config: str, build: object, heavy: bool = False
-           ) -> ZooModel:
+def _model(name: str, library: str, config: str, build: object, heavy: tuple[str, ...] = (),
+           lr_scale: float = 1.0) -> ZooModel:
     return ZooModel(name=name, library=library, config=config, build=build,  # type: ignore[arg-type]
-                    inputs=_image, target=_target, logits=_call, heavy=heavy)
+                    inputs=_image, target=_target, logits=_call, heavy=heavy, lr_scale=lr_scale)
 
 
 MODELS: list[ZooModel] = [
-    _model("tv-resnet18", "torchvision", "resnet18(num_classes=10), 32x32 images", _resnet18),
+    _model("tv-resnet18", "torchvision", "resnet18(num_classes=10), 32x32 images", _resnet18,
+           lr_scale=0.1, heavy=("compile_train", "step_adam")),
     _model("tv-mobilenet_v3_small", "torchvision",
-           "mobilenet_v3_small(num_classes=10), 32x32 images", _mobilenet_v3),
+           "mobilenet_v3_small(num_classes=10), 32x32 images", _mobilenet_v3, lr_scale=0.1,
+           heavy=("compile_train", "step_sgd", "step_adam")),
     _model("tv-efficientnet_b0", "torchvision",
            "EfficientNet with B0's stages at width 0.5, depth 0.5; 32x32 images",
-           _efficientnet_b0),
+           _efficientnet_b0, lr_scale=0.1,
+           heavy=("compile_train", "step_sgd", "step_adam")),
     _model("tv-convnext_tiny", "torchvision",
            "ConvNeXt with Tiny's 4 stages at widths 16/32/64/128, depths 1/1/2/1; 32x32 images",
            _convnext_tiny),
