@@ -57,6 +57,19 @@ impl<'a> Program<'a> {
             format: ProgramFormat::Hlo,
         }
     }
+
+    /// The C struct that points at this program's bytes and format string
+    /// (for `PJRT_Client_Compile` and the client-less `PJRT_Compile`); it
+    /// borrows `self`, which must outlive the call it is passed to.
+    pub(crate) fn to_ffi(&self) -> crate::ffi::PJRT_Program {
+        let format = self.format.as_str();
+        let mut p = <crate::ffi::PJRT_Program as crate::ffi::PjrtStruct>::new();
+        p.code = self.code.as_ptr() as *mut _;
+        p.code_size = self.code.len();
+        p.format = format.as_ptr() as *const _;
+        p.format_size = format.len();
+        p
+    }
 }
 
 /// Which SPMD partitioner XLA should use when `num_partitions > 1`.

@@ -190,12 +190,7 @@ impl Topology {
             return Err(Error::InvalidArgument("empty program".into()));
         }
         let opts = options.encode();
-        let format = program.format.as_str();
-        let mut p = ffi::PJRT_Program::new();
-        p.code = program.code.as_ptr() as *mut _;
-        p.code_size = program.code.len();
-        p.format = format.as_ptr() as *const _;
-        p.format_size = format.len();
+        let p = program.to_ffi();
         let mut a = ffi::PJRT_Compile_Args::new();
         a.topology = self.raw;
         a.program = &p;
