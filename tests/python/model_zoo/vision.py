@@ -93,7 +93,7 @@ def _model(name: str, library: str, config: str, build: object, heavy: tuple[str
 
 MODELS: list[ZooModel] = [
     _model("tv-resnet18", "torchvision", "resnet18(num_classes=10), 32x32 images", _resnet18,
-           lr_scale=0.1, heavy=("compile_train", "step_adam")),
+           lr_scale=0.1, heavy=("compile_train", "step_sgd", "step_adam")),
     _model("tv-mobilenet_v3_small", "torchvision",
            "mobilenet_v3_small(num_classes=10), 32x32 images", _mobilenet_v3, lr_scale=0.1,
            heavy=("compile_train", "step_sgd", "step_adam")),
