@@ -33,9 +33,11 @@ def run(cache_dir: Path | None, *modules: int, umask: int | None = None,
     e.update(PJRT_DEVICE="CPU", **env)
     if cache_dir is not None:
         e["HLOBRIDGE_CACHE_DIR"] = str(cache_dir)
-    pre = (lambda: os.umask(umask)) if umask is not None else None  # noqa: E731
+    # Popen's own ``umask`` (not a ``preexec_fn``, which runs Python's fork
+    # hooks in the parent, and JAX's hook warns when it has started threads).
     p = subprocess.run([sys.executable, "-c", _CHILD, *map(str, modules)], env=e,
-                       capture_output=True, text=True, timeout=300, preexec_fn=pre)
+                       capture_output=True, text=True, timeout=300,
+                       umask=-1 if umask is None else umask)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
