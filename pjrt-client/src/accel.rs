@@ -51,7 +51,10 @@ fn find(env_var: &str, rel: &str) -> Option<PathBuf> {
         let p = PathBuf::from(p);
         return p.exists().then_some(p);
     }
-    accel_dirs().into_iter().map(|d| d.join(rel)).find(|p| p.exists())
+    accel_dirs()
+        .into_iter()
+        .map(|d| d.join(rel))
+        .find(|p| p.exists())
 }
 
 /// Path of `libtpu.so` relative to an accel dir / site-packages.

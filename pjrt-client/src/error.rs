@@ -240,8 +240,11 @@ mod tests {
             message: message.into(),
         };
         assert_eq!(
-            e(ErrorCode::ResourceExhausted, "Out of memory allocating 68719476736 bytes.")
-                .out_of_memory_bytes(),
+            e(
+                ErrorCode::ResourceExhausted,
+                "Out of memory allocating 68719476736 bytes."
+            )
+            .out_of_memory_bytes(),
             Some(68719476736)
         );
         assert_eq!(
@@ -257,6 +260,9 @@ mod tests {
             e(ErrorCode::Internal, "Out of memory allocating lots").out_of_memory_bytes(),
             None
         );
-        assert_eq!(Error::InvalidArgument("x".into()).out_of_memory_bytes(), None);
+        assert_eq!(
+            Error::InvalidArgument("x".into()).out_of_memory_bytes(),
+            None
+        );
     }
 }

@@ -32,7 +32,9 @@ unsafe impl Sync for Topology {}
 
 impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Topology").field("name", &self.name).finish()
+        f.debug_struct("Topology")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -109,7 +111,11 @@ impl Topology {
         a.topology = self.raw;
         // SAFETY: valid handle; the string is owned by the topology and copied.
         unsafe {
-            pjrt_call!(self.plugin.api(), PJRT_TopologyDescription_PlatformName, &mut a)?;
+            pjrt_call!(
+                self.plugin.api(),
+                PJRT_TopologyDescription_PlatformName,
+                &mut a
+            )?;
             Ok(str_from_raw(a.platform_name, a.platform_name_size))
         }
     }
@@ -120,7 +126,11 @@ impl Topology {
         a.topology = self.raw;
         // SAFETY: valid handle; the string is owned by the topology and copied.
         unsafe {
-            pjrt_call!(self.plugin.api(), PJRT_TopologyDescription_PlatformVersion, &mut a)?;
+            pjrt_call!(
+                self.plugin.api(),
+                PJRT_TopologyDescription_PlatformVersion,
+                &mut a
+            )?;
             Ok(str_from_raw(a.platform_version, a.platform_version_size))
         }
     }
@@ -131,7 +141,11 @@ impl Topology {
         a.topology = self.raw;
         // SAFETY: valid handle; values owned by the topology and copied.
         unsafe {
-            pjrt_call!(self.plugin.api(), PJRT_TopologyDescription_Attributes, &mut a)?;
+            pjrt_call!(
+                self.plugin.api(),
+                PJRT_TopologyDescription_Attributes,
+                &mut a
+            )?;
             Ok(read_named_values(a.attributes, a.num_attributes))
         }
     }

@@ -48,8 +48,12 @@ fn tpu_v5e_topology_and_compile() {
     let devs = t.devices().unwrap();
     assert_eq!(devs.len(), 4);
     assert_eq!(devs[0].kind, "TPU v5 lite");
-    assert!(devs.iter().all(|d| d.attributes.iter().any(|(k, _)| k == "coords")));
-    let exe = t.compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default()).expect("compile");
+    assert!(devs
+        .iter()
+        .all(|d| d.attributes.iter().any(|(k, _)| k == "coords")));
+    let exe = t
+        .compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default())
+        .expect("compile");
     assert_eq!(exe.name().unwrap(), "m");
     let code = exe.generated_code_size().unwrap();
     assert!(code > 0);
@@ -61,14 +65,20 @@ fn tpu_v5e_topology_and_compile() {
     let txt = exe.optimized_text().unwrap();
     assert!(txt.contains("tanh") && txt.contains("ENTRY"), "{txt}");
     // A bad topology name is a PJRT error, not a crash.
-    assert!(matches!(Topology::new(&p, "v99:1x1", &[]), Err(pjrt_client::Error::Pjrt { .. })));
+    assert!(matches!(
+        Topology::new(&p, "v99:1x1", &[]),
+        Err(pjrt_client::Error::Pjrt { .. })
+    ));
 }
 
 fn cuda() -> Option<Plugin> {
     static P: OnceLock<Option<Plugin>> = OnceLock::new();
     P.get_or_init(|| {
         let path = require("the CUDA PJRT plugin", accel::find_cuda_plugin())?;
-        let data = require("nvidia-cuda-nvcc-cu12 (ptxas, libdevice)", accel::find_cuda_data_dir())?;
+        let data = require(
+            "nvidia-cuda-nvcc-cu12 (ptxas, libdevice)",
+            accel::find_cuda_data_dir(),
+        )?;
         accel::set_cuda_data_dir_flag(&data);
         Some(Plugin::load(path).expect("load the CUDA plugin"))
     })
@@ -76,7 +86,11 @@ fn cuda() -> Option<Plugin> {
 }
 
 fn h100_config() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../bridge/cli/targets/h100_sxm.txtpb")).unwrap()
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../bridge/cli/targets/h100_sxm.txtpb"
+    ))
+    .unwrap()
 }
 
 #[test]
@@ -85,20 +99,29 @@ fn cuda_h100_compile() {
     assert!(p.api().version().1 > 81, "{:?}", p.api().version());
     let opts = vec![
         ("topology".to_string(), OptionValue::String("1x1x1".into())),
-        ("target_config".to_string(), OptionValue::String(h100_config())),
+        (
+            "target_config".to_string(),
+            OptionValue::String(h100_config()),
+        ),
     ];
     let t = Topology::new(&p, "", &opts).expect("topology");
     assert_eq!(t.platform_name().unwrap(), "cuda");
     let devs = t.devices().unwrap();
     assert_eq!(devs.len(), 1);
     assert_eq!(devs[0].kind, "NVIDIA H100 80GB HBM3");
-    let exe = t.compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default()).expect("compile");
+    let exe = t
+        .compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default())
+        .expect("compile");
     let m = exe.memory_stats().unwrap();
     assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);
     assert_eq!(m.outputs, 256 * 128 * 4);
     // The GEMM becomes a Triton/custom fusion ("gemm_fusion").
     let h = exe.optimized_hlo().unwrap();
-    assert!(h.fusions().iter().any(|f| f.kind == "kCustom"), "{}", h.to_text());
+    assert!(
+        h.fusions().iter().any(|f| f.kind == "kCustom"),
+        "{}",
+        h.to_text()
+    );
     assert!(!exe.serialize().unwrap().is_empty());
     // Without target_config the plugin has no GPU to describe.
     assert!(Topology::new(&p, "", &opts[..1]).is_err());

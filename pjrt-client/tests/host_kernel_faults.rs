@@ -45,8 +45,12 @@ fn a_panicking_row_block_fails_the_program_with_0_1_and_3_helpers() {
         .compile(&Program::mlir_text(&text), &CompileOptions::default())
         .unwrap();
     let dims = [n as i64, n as i64];
-    let a = c.buffer_from_host(&random_f32(n * n, 1), &dims, None).unwrap();
-    let b = c.buffer_from_host(&random_f32(n * n, 2), &dims, None).unwrap();
+    let a = c
+        .buffer_from_host(&random_f32(n * n, 1), &dims, None)
+        .unwrap();
+    let b = c
+        .buffer_from_host(&random_f32(n * n, 2), &dims, None)
+        .unwrap();
     for nh in [0usize, 1, 3] {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = helpers(nh, &stop);

@@ -409,7 +409,10 @@ fn subnormal_products_do_not_depend_on_which_thread_ran_them() {
                 );
                 match &first {
                     None => first = Some(got),
-                    Some(f) => assert!(*f == got, "n={n} helpers={helpers} run {run}: differs from run 0"),
+                    Some(f) => assert!(
+                        *f == got,
+                        "n={n} helpers={helpers} run {run}: differs from run 0"
+                    ),
                 }
             }
         }

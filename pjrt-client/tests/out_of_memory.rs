@@ -37,10 +37,16 @@ fn assert_oom(err: pjrt_client::Error, bytes: u64, c: &pjrt_client::Client) {
     assert_eq!(err.out_of_memory_bytes(), Some(bytes), "{err}");
     assert!(err.to_string().contains(&bytes.to_string()), "{err}");
     let exe = c
-        .compile(&Program::mlir_text(&sine_module(4)), &CompileOptions::default())
+        .compile(
+            &Program::mlir_text(&sine_module(4)),
+            &CompileOptions::default(),
+        )
         .unwrap();
     let x = c.buffer_from_host(&[0.0f32; 4], &[4], None).unwrap();
-    assert_eq!(exe.execute(&[&x]).unwrap()[0].to_host::<f32>().unwrap(), vec![0.0; 4]);
+    assert_eq!(
+        exe.execute(&[&x]).unwrap()[0].to_host::<f32>().unwrap(),
+        vec![0.0; 4]
+    );
     println!("alive after: {err}");
 }
 
@@ -59,14 +65,26 @@ fn child_output_too_large() {
     let c = client(1);
     let bytes = 8 * GIB;
     let exe = c
-        .compile(&Program::mlir_text(&broadcast_module(bytes)), &CompileOptions::default())
+        .compile(
+            &Program::mlir_text(&broadcast_module(bytes)),
+            &CompileOptions::default(),
+        )
         .unwrap();
     let a = c.buffer_from_host(&[1.0f32], &[], None).unwrap();
     let err = exe
         .execute(&[&a])
         .and_then(|o| o[0].ready())
         .expect_err("an 8 GiB output cannot be allocated");
-    assert!(matches!(&err, pjrt_client::Error::Pjrt { code: ErrorCode::ResourceExhausted, .. }), "{err}");
+    assert!(
+        matches!(
+            &err,
+            pjrt_client::Error::Pjrt {
+                code: ErrorCode::ResourceExhausted,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_oom(err, bytes, &c);
 }
 
@@ -120,16 +138,32 @@ fn child_device_to_host_too_large() {
     let c = client(1);
     let bytes = GIB;
     let exe = c
-        .compile(&Program::mlir_text(&broadcast_module(bytes)), &CompileOptions::default())
+        .compile(
+            &Program::mlir_text(&broadcast_module(bytes)),
+            &CompileOptions::default(),
+        )
         .unwrap();
     let a = c.buffer_from_host(&[1.0f32], &[], None).unwrap();
     let out = exe.execute(&[&a]).unwrap();
     out[0].ready().unwrap();
     for err in [
-        out[0].to_host_bytes().expect_err("a second 1 GiB copy does not fit"),
-        out[0].to_host::<f32>().expect_err("a second 1 GiB copy does not fit"),
+        out[0]
+            .to_host_bytes()
+            .expect_err("a second 1 GiB copy does not fit"),
+        out[0]
+            .to_host::<f32>()
+            .expect_err("a second 1 GiB copy does not fit"),
     ] {
-        assert!(matches!(&err, pjrt_client::Error::Pjrt { code: ErrorCode::ResourceExhausted, .. }), "{err}");
+        assert!(
+            matches!(
+                &err,
+                pjrt_client::Error::Pjrt {
+                    code: ErrorCode::ResourceExhausted,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert_oom(err, bytes, &c);
     }
 }
@@ -151,7 +185,13 @@ fn allocation_failures_are_named_errors() {
             .arg("-c")
             .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
             .arg(&exe)
-            .args(["--ignored", "--exact", case, "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                case,
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .output()
             .unwrap();
         let (stdout, stderr) = (

@@ -98,17 +98,25 @@ pub fn run(a: CompileArgs) -> ExitCode {
 }
 
 const SHIPPED_TARGETS: &str = include_str!("../targets/targets.toml");
-const SHIPPED_CONFIGS: &[(&str, &str)] = &[(
-    "h100_sxm.txtpb",
-    include_str!("../targets/h100_sxm.txtpb"),
-)];
+const SHIPPED_CONFIGS: &[(&str, &str)] =
+    &[("h100_sxm.txtpb", include_str!("../targets/h100_sxm.txtpb"))];
 
 /// One resolved target.
 #[derive(Debug, Clone)]
 enum Target {
-    Cpu { devices: usize },
-    Tpu { topology: String, hbm: Option<i64>, vmem: Option<i64> },
-    Cuda { devices: usize, config: String, hbm: Option<i64> },
+    Cpu {
+        devices: usize,
+    },
+    Tpu {
+        topology: String,
+        hbm: Option<i64>,
+        vmem: Option<i64>,
+    },
+    Cuda {
+        devices: usize,
+        config: String,
+        hbm: Option<i64>,
+    },
 }
 
 fn int(t: &toml::Table, k: &str) -> Option<i64> {
@@ -119,16 +127,21 @@ fn targets_table() -> Result<(toml::Table, Option<PathBuf>), CompileError> {
     let mut all: toml::Table = SHIPPED_TARGETS
         .parse()
         .map_err(|e| CompileError::Failed(format!("shipped targets.toml: {e}")))?;
-    let user = std::env::var_os("HLOBRIDGE_TARGETS").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let user = std::env::var_os("HLOBRIDGE_TARGETS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
     if let Some(p) = &user {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| CompileError::UnknownTarget(format!("HLOBRIDGE_TARGETS={}: {e}", p.display())))?;
+        let text = std::fs::read_to_string(p).map_err(|e| {
+            CompileError::UnknownTarget(format!("HLOBRIDGE_TARGETS={}: {e}", p.display()))
+        })?;
         let t: toml::Table = text
             .parse()
             .map_err(|e| CompileError::UnknownTarget(format!("{}: {e}", p.display())))?;
         for (fam, v) in t {
             if let (Some(dst), Some(src)) = (
-                all.entry(fam.clone()).or_insert(toml::Value::Table(Default::default())).as_table_mut(),
+                all.entry(fam.clone())
+                    .or_insert(toml::Value::Table(Default::default()))
+                    .as_table_mut(),
                 v.as_table(),
             ) {
                 for (k, e) in src {
@@ -157,15 +170,23 @@ fn resolve_target(spec: &str, devices: Option<usize>) -> Result<Target, CompileE
             .and_then(|f| f.get(name))
             .and_then(|t| t.as_table())
             .cloned()
-            .ok_or_else(|| CompileError::UnknownTarget(format!("{spec:?}; known targets: {}", known())))
+            .ok_or_else(|| {
+                CompileError::UnknownTarget(format!("{spec:?}; known targets: {}", known()))
+            })
     };
     match parts.as_slice() {
-        ["cpu"] => Ok(Target::Cpu { devices: devices.unwrap_or(1) }),
+        ["cpu"] => Ok(Target::Cpu {
+            devices: devices.unwrap_or(1),
+        }),
         ["tpu", name] | ["tpu", name, _] => {
             let t = entry("tpu", name)?;
             let shape = match parts.get(2) {
                 Some(s) => s.to_string(),
-                None => t.get("default_shape").and_then(|v| v.as_str()).unwrap_or("2x2").to_string(),
+                None => t
+                    .get("default_shape")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("2x2")
+                    .to_string(),
             };
             Ok(Target::Tpu {
                 topology: format!("{name}:{shape}"),
@@ -177,19 +198,29 @@ fn resolve_target(spec: &str, devices: Option<usize>) -> Result<Target, CompileE
             let t = entry("cuda", name)?;
             let n = match parts.get(2) {
                 Some(s) => s.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                    CompileError::UnknownTarget(format!("{spec:?}: device count {s:?} is not a positive integer"))
+                    CompileError::UnknownTarget(format!(
+                        "{spec:?}: device count {s:?} is not a positive integer"
+                    ))
                 })?,
                 None => 1,
             };
-            let file = t.get("target_config").and_then(|v| v.as_str()).ok_or_else(|| {
-                CompileError::UnknownTarget(format!("cuda.{name} has no target_config"))
-            })?;
+            let file = t
+                .get("target_config")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| {
+                    CompileError::UnknownTarget(format!("cuda.{name} has no target_config"))
+                })?;
             let config = match SHIPPED_CONFIGS.iter().find(|(f, _)| *f == file) {
                 Some((_, text)) if user.is_none() || !user_defines(&user, name) => text.to_string(),
                 _ => {
-                    let base = user.as_deref().and_then(Path::parent).unwrap_or(Path::new("."));
+                    let base = user
+                        .as_deref()
+                        .and_then(Path::parent)
+                        .unwrap_or(Path::new("."));
                     std::fs::read_to_string(base.join(file)).map_err(|e| {
-                        CompileError::UnknownTarget(format!("cuda.{name} target_config {file}: {e}"))
+                        CompileError::UnknownTarget(format!(
+                            "cuda.{name} target_config {file}: {e}"
+                        ))
                     })?
                 }
             };
@@ -199,7 +230,10 @@ fn resolve_target(spec: &str, devices: Option<usize>) -> Result<Target, CompileE
                 hbm: int(&t, "hbm_bytes"),
             })
         }
-        _ => Err(CompileError::UnknownTarget(format!("{spec:?}; known targets: {}", known()))),
+        _ => Err(CompileError::UnknownTarget(format!(
+            "{spec:?}; known targets: {}",
+            known()
+        ))),
     }
 }
 
@@ -244,14 +278,22 @@ fn make_topology(plugin: &Plugin, target: &Target) -> Result<Topology, CompileEr
         Target::Cpu { devices } => Topology::new(
             plugin,
             "",
-            &[("cpu_device_count".into(), OptionValue::Int64(*devices as i64))],
+            &[(
+                "cpu_device_count".into(),
+                OptionValue::Int64(*devices as i64),
+            )],
         ),
         Target::Tpu { topology, .. } => Topology::new(plugin, topology, &[]),
-        Target::Cuda { devices, config, .. } => Topology::new(
+        Target::Cuda {
+            devices, config, ..
+        } => Topology::new(
             plugin,
             "",
             &[
-                ("topology".into(), OptionValue::String(format!("1x1x{devices}"))),
+                (
+                    "topology".into(),
+                    OptionValue::String(format!("1x1x{devices}")),
+                ),
                 ("target_config".into(), OptionValue::String(config.clone())),
             ],
         ),
@@ -286,11 +328,15 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
     let mut options: CompileOptions = crate::runtime::compile_options(&m);
     if let Some(n) = a.devices.filter(|&n| n > 1) {
         let shardy = options.partitioner == pjrt_client::Partitioner::Shardy;
-        options = crate::runtime::compile_options_for(n as i64, options.num_replicas as i64, shardy);
+        options =
+            crate::runtime::compile_options_for(n as i64, options.num_replicas as i64, shardy);
     }
     let program_text = hlobridge::print_module(
         &m,
-        &hlobridge::PrintOptions { generic: false, debug_info: true },
+        &hlobridge::PrintOptions {
+            generic: false,
+            debug_info: true,
+        },
     );
     let plugin = load_target_plugin(&target)?;
     let topo = make_topology(&plugin, &target)?;
@@ -312,10 +358,12 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
     let capacity = devices
         .first()
         .and_then(|d| {
-            d.attributes.iter().find_map(|(k, v)| match (k.as_str(), v) {
-                ("device_memory_bytes_limit", OptionValue::Int64(b)) => Some(*b),
-                _ => None,
-            })
+            d.attributes
+                .iter()
+                .find_map(|(k, v)| match (k.as_str(), v) {
+                    ("device_memory_bytes_limit", OptionValue::Int64(b)) => Some(*b),
+                    _ => None,
+                })
         })
         .or(match &target {
             Target::Tpu { hbm, .. } | Target::Cuda { hbm, .. } => *hbm,
@@ -354,7 +402,13 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
     let mut calls: BTreeMap<String, usize> = BTreeMap::new();
     if let Some(h) = &hlo {
         for f in h.fusions() {
-            *fusions.entry(if f.kind.is_empty() { "?".into() } else { f.kind }).or_default() += 1;
+            *fusions
+                .entry(if f.kind.is_empty() {
+                    "?".into()
+                } else {
+                    f.kind
+                })
+                .or_default() += 1;
         }
         for c in &h.module.computations {
             for i in c.instructions.iter().filter(|i| i.opcode == "custom-call") {
@@ -393,8 +447,17 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
         println!("{report}");
         return Ok(());
     }
-    println!("target     {} ({} × {}, PJRT C API {})", a.target, devices.len(), kind, report["plugin_api"].as_str().unwrap_or(""));
-    println!("program    {name} ({} partition(s), {} replica(s))", options.num_partitions, options.num_replicas);
+    println!(
+        "target     {} ({} × {}, PJRT C API {})",
+        a.target,
+        devices.len(),
+        kind,
+        report["plugin_api"].as_str().unwrap_or("")
+    );
+    println!(
+        "program    {name} ({} partition(s), {} replica(s))",
+        options.num_partitions, options.num_replicas
+    );
     println!("compile    {:.3} s", exe.compile_time().as_secs_f64());
     if let Some(s) = stats {
         let cap = capacity.map_or("?".into(), human);
@@ -419,7 +482,10 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
         if m.is_empty() {
             "none".to_string()
         } else {
-            m.iter().map(|(k, v)| format!("{k} ×{v}")).collect::<Vec<_>>().join(", ")
+            m.iter()
+                .map(|(k, v)| format!("{k} ×{v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     };
     println!("fusions    {}", list(&fusions));

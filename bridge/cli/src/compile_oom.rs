@@ -42,7 +42,11 @@ pub fn parse(msg: &str) -> Option<Oom> {
                 Some(head[open + 1..close].to_string())
             })
             .unwrap_or_else(|| "?".into());
-        return Some(Oom { space: "HBM".into(), needed, available: avail.to_string() });
+        return Some(Oom {
+            space: "HBM".into(),
+            needed,
+            available: avail.to_string(),
+        });
     }
     if let Some(i) = msg.find("Ran out of memory in memory space ") {
         let rest = &msg[i + "Ran out of memory in memory space ".len()..];
@@ -55,7 +59,11 @@ pub fn parse(msg: &str) -> Option<Oom> {
                 Some((a.to_string(), b.split_whitespace().next()?.to_string()))
             })
             .unwrap_or(("?".into(), "?".into()));
-        return Some(Oom { space, needed, available });
+        return Some(Oom {
+            space,
+            needed,
+            available,
+        });
     }
     // Mosaic (Pallas TPU): "... would exceed memory (size=134217728) ... space=vmem"
     if msg.contains("would exceed memory") {
@@ -67,12 +75,24 @@ pub fn parse(msg: &str) -> Option<Oom> {
             .or_else(|| value_after(msg, "allocation_size="))
             .unwrap_or("?")
             .to_string();
-        return Some(Oom { space, needed, available });
+        return Some(Oom {
+            space,
+            needed,
+            available,
+        });
     }
     // XLA GPU / Triton: shared memory.
     let lower = msg.to_ascii_lowercase();
-    if lower.contains("shared memory") && (lower.contains("exceed") || lower.contains("out of resource") || lower.contains("too much")) {
-        return Some(Oom { space: "shared memory".into(), needed: "?".into(), available: "?".into() });
+    if lower.contains("shared memory")
+        && (lower.contains("exceed")
+            || lower.contains("out of resource")
+            || lower.contains("too much"))
+    {
+        return Some(Oom {
+            space: "shared memory".into(),
+            needed: "?".into(),
+            available: "?".into(),
+        });
     }
     None
 }
@@ -100,9 +120,17 @@ mod tests {
     #[test]
     fn reads_tpu_hbm_and_vmem_messages() {
         let o = parse("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. HLO temporaries (23.88G) exceeds available HBM (15.75G)").unwrap();
-        assert_eq!((o.space.as_str(), o.needed.as_str(), o.available.as_str()), ("HBM", "23.88G", "15.75G"));
-        let o = parse("Mosaic failed: would exceed memory (size=134217728) for allocation space=vmem").unwrap();
-        assert_eq!((o.space.as_str(), o.available.as_str()), ("vmem", "128.00 MiB"));
+        assert_eq!(
+            (o.space.as_str(), o.needed.as_str(), o.available.as_str()),
+            ("HBM", "23.88G", "15.75G")
+        );
+        let o =
+            parse("Mosaic failed: would exceed memory (size=134217728) for allocation space=vmem")
+                .unwrap();
+        assert_eq!(
+            (o.space.as_str(), o.available.as_str()),
+            ("vmem", "128.00 MiB")
+        );
         assert!(parse("some other failure").is_none());
         assert_eq!(human_bytes(1536), "1.50 KiB");
     }

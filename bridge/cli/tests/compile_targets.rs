@@ -27,8 +27,13 @@ fn tpu() -> bool {
 }
 
 fn cuda() -> bool {
-    installed("the CUDA PJRT plugin", pjrt_client::accel::find_cuda_plugin())
-        && installed("nvidia-cuda-nvcc-cu12", pjrt_client::accel::find_cuda_data_dir())
+    installed(
+        "the CUDA PJRT plugin",
+        pjrt_client::accel::find_cuda_plugin(),
+    ) && installed(
+        "nvidia-cuda-nvcc-cu12",
+        pjrt_client::accel::find_cuda_data_dir(),
+    )
 }
 
 fn corpus(rel: &str) -> PathBuf {
@@ -86,7 +91,10 @@ fn check_matmul(r: &serde_json::Value, platform: &str) {
     assert_eq!(m["arguments"], (256 * 512 + 512 * 128) * 4, "{r}");
     assert_eq!(m["outputs"], 256 * 128 * 4, "{r}");
     assert!(r["serialized_bytes"].as_u64().unwrap() > 1000, "{r}");
-    assert!(r["device_memory_capacity"].as_i64().unwrap() > 1 << 30, "{r}");
+    assert!(
+        r["device_memory_capacity"].as_i64().unwrap() > 1 << 30,
+        "{r}"
+    );
     assert!(!r["fusions"].as_object().unwrap().is_empty(), "{r}");
 }
 
@@ -96,7 +104,10 @@ fn tpu_v5e_and_v6e_compile_matmul_tanh() {
         return;
     }
     let f = write_tmp("mm.mlir", MATMUL_TANH);
-    for (target, kind) in [("tpu:v5e:2x2", "TPU v5 lite"), ("tpu:v6e:2x2", "TPU v6 lite")] {
+    for (target, kind) in [
+        ("tpu:v5e:2x2", "TPU v5 lite"),
+        ("tpu:v6e:2x2", "TPU v6 lite"),
+    ] {
         let exe = f.with_extension(target.replace(':', "_"));
         let (code, r, err) = compile(&f, target, &["-o", exe.to_str().unwrap()]);
         assert_eq!(code, 0, "{target}: {err}");
@@ -120,7 +131,10 @@ fn tpu_compiles_a_pallas_kernel_and_a_jax_train_step() {
     assert_eq!(r["kernels"][0]["backend"], "Pallas TPU (Mosaic)", "{r}");
     let (code, r, err) = compile(&corpus("jax/adam_train_step_manual.mlir"), "tpu:v6e", &[]);
     assert_eq!(code, 0, "{err}");
-    assert!(r["memory"]["alias"].as_i64().unwrap() > 0, "donated state aliases: {r}");
+    assert!(
+        r["memory"]["alias"].as_i64().unwrap() > 0,
+        "donated state aliases: {r}"
+    );
 }
 
 #[test]
@@ -141,7 +155,10 @@ fn over_hbm_program_is_out_of_memory_with_exit_2() {
     );
     let (code, _, err) = compile(&f, "tpu:v5e", &[]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("OutOfMemory: the program does not fit HBM on tpu:v5e"), "{err}");
+    assert!(
+        err.contains("OutOfMemory: the program does not fit HBM on tpu:v5e"),
+        "{err}"
+    );
     assert!(err.contains("available 15.75G"), "{err}");
     // v5p has 95 GiB of HBM: the same program fits.
     let (code, r, err) = compile(&f, "tpu:v5p", &[]);
@@ -159,7 +176,11 @@ fn cuda_h100_compiles_matmul_tanh_and_a_triton_kernel() {
     assert_eq!(code, 0, "{err}");
     check_matmul(&r, "cuda");
     assert_eq!(r["device_kind"], "NVIDIA H100 80GB HBM3");
-    let (code, r, err) = compile(&corpus("pallas/pallas_matmul_cuda_triton.mlir"), "cuda:h100", &[]);
+    let (code, r, err) = compile(
+        &corpus("pallas/pallas_matmul_cuda_triton.mlir"),
+        "cuda:h100",
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["custom_calls"]["__gpu$xla.gpu.triton"], 1, "{r}");
     assert_eq!(r["kernels"][0]["backend"], "Pallas Triton", "{r}");
@@ -173,10 +194,16 @@ fn unknown_target_and_cross_platform_kernel_are_named_errors() {
     let f = write_tmp("mm_unknown.mlir", MATMUL_TANH);
     let (code, _, err) = compile(&f, "tpu:v99", &[]);
     assert_eq!(code, 1);
-    assert!(err.starts_with("UnknownTarget:") && err.contains("tpu:v5e"), "{err}");
+    assert!(
+        err.starts_with("UnknownTarget:") && err.contains("tpu:v5e"),
+        "{err}"
+    );
     if tpu() {
-        let (code, _, err) =
-            compile(&corpus("pallas/pallas_matmul_cuda_triton.mlir"), "tpu:v5e", &[]);
+        let (code, _, err) = compile(
+            &corpus("pallas/pallas_matmul_cuda_triton.mlir"),
+            "tpu:v5e",
+            &[],
+        );
         assert_eq!(code, 1);
         assert!(err.contains("CompileFailed:"), "{err}");
     }

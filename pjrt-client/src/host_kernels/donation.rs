@@ -411,9 +411,16 @@ mod tests {
             "no chunk ran on the helper: {results:?}"
         );
         for &(on_poster, x, fp) in results.iter() {
-            assert_eq!(fp, poster_ftz, "chunk on poster={on_poster} ran under {fp:?}");
+            assert_eq!(
+                fp, poster_ftz,
+                "chunk on poster={on_poster} ran under {fp:?}"
+            );
             #[cfg(target_arch = "x86_64")]
-            assert_eq!(x.to_bits(), 0, "chunk on poster={on_poster} kept a subnormal");
+            assert_eq!(
+                x.to_bits(),
+                0,
+                "chunk on poster={on_poster} kept a subnormal"
+            );
             let _ = x;
         }
         assert_eq!(helper_after, helper_fp, "the helper's own state came back");
@@ -472,11 +479,18 @@ mod tests {
                     })
                 });
                 assert!(r.is_err(), "the hook unwinds the poster");
-                let (s0, f0) = (started.load(Ordering::SeqCst), finished.load(Ordering::SeqCst));
+                let (s0, f0) = (
+                    started.load(Ordering::SeqCst),
+                    finished.load(Ordering::SeqCst),
+                );
                 assert_eq!(s0, f0, "a claimed chunk was still running after the return");
                 assert!(board_is_empty(), "the job stayed on the board");
                 std::thread::sleep(Duration::from_millis(2));
-                assert_eq!(started.load(Ordering::SeqCst), s0, "a chunk ran after the return");
+                assert_eq!(
+                    started.load(Ordering::SeqCst),
+                    s0,
+                    "a chunk ran after the return"
+                );
             }
         }
     }

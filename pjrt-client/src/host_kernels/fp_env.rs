@@ -66,7 +66,10 @@ impl FpEnv {
         if previous != self {
             write_raw(self.0);
         }
-        FpEnvGuard { previous, set: self }
+        FpEnvGuard {
+            previous,
+            set: self,
+        }
     }
 }
 

@@ -229,7 +229,8 @@ impl GemmElement for f64 {
 
 /// Test hook (see [`set_panic_at_row_for_tests`]): a block of rows that
 /// contains this row panics. `usize::MAX`: off.
-static PANIC_AT_ROW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(usize::MAX);
+static PANIC_AT_ROW: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(usize::MAX);
 
 /// For tests only: makes every block of a product (whole matrix or donated
 /// row chunk) that contains result row `row` panic, to check that such a
@@ -237,7 +238,10 @@ static PANIC_AT_ROW: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// with rows never written. `None` turns it off. Process-wide.
 #[doc(hidden)]
 pub fn set_panic_at_row_for_tests(row: Option<usize>) {
-    PANIC_AT_ROW.store(row.unwrap_or(usize::MAX), std::sync::atomic::Ordering::SeqCst);
+    PANIC_AT_ROW.store(
+        row.unwrap_or(usize::MAX),
+        std::sync::atomic::Ordering::SeqCst,
+    );
 }
 
 /// Runs every product of the batch. Fails (with the panic's message) if

@@ -11,8 +11,8 @@
 //! rewrite, since [`HostKernels::gemm`] is then false).
 
 pub mod donation;
-mod frame;
 pub mod fp_env;
+mod frame;
 pub mod gemm;
 pub mod xla_ffi;
 
