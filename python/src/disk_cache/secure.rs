@@ -40,18 +40,25 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Why a path is not trusted, or `None`.
-fn untrusted_dir(path: &Path, meta: &fs::Metadata) -> Option<String> {
+/// Why `path` is not ours: owned by another user than the effective one.
+fn foreign_owner(path: &Path, meta: &fs::Metadata) -> Option<String> {
     let me = euid();
-    if !meta.is_dir() {
-        return Some(format!("{} is not a directory", path.display()));
-    }
-    if meta.uid() != me {
-        return Some(format!(
+    (meta.uid() != me).then(|| {
+        format!(
             "{} is owned by uid {}, not by this user (uid {me})",
             path.display(),
             meta.uid()
-        ));
+        )
+    })
+}
+
+/// Why a path is not trusted, or `None`.
+fn untrusted_dir(path: &Path, meta: &fs::Metadata) -> Option<String> {
+    if !meta.is_dir() {
+        return Some(format!("{} is not a directory", path.display()));
+    }
+    if let Some(why) = foreign_owner(path, meta) {
+        return Some(why);
     }
     if meta.mode() & 0o022 != 0 {
         return Some(format!(
@@ -154,16 +161,11 @@ pub fn open_trusted(path: &Path, private: bool) -> Result<Option<(fs::File, u64)
     let meta = f
         .metadata()
         .map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
-    let me = euid();
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", path.display()));
     }
-    if meta.uid() != me {
-        return Err(format!(
-            "{} is owned by uid {}, not by this user (uid {me})",
-            path.display(),
-            meta.uid()
-        ));
+    if let Some(why) = foreign_owner(path, &meta) {
+        return Err(why);
     }
     let bad = if private { 0o077 } else { 0o022 };
     if meta.mode() & bad != 0 {
