@@ -36,11 +36,14 @@ from typing import Any
 import torch
 
 import hlobridge as hb
+from model_zoo.hybrid import OPTAX_WEIGHT_DECAY, HybridModel, optax_adamw
 from model_zoo.spec import ZooModel, zoo_loss
 
-__all__ = ["PATHS", "INFER_TOL", "LOSS_TOL", "PARAM_TOL", "ADAM_TOL", "run_path"]
+__all__ = ["PATHS", "HYBRID_PATHS", "INFER_TOL", "LOSS_TOL", "PARAM_TOL", "ADAM_TOL", "run_path",
+           "run_hybrid"]
 
 PATHS = ("compile_infer", "compile_train", "step_sgd", "step_adam")
+HYBRID_PATHS = ("compile_infer", "compile_train", "step_optax")
 INFER_TOL = dict(rtol=1e-4, atol=1e-4)
 LOSS_TOL = dict(rtol=1e-4, atol=1e-5)
 PARAM_TOL = dict(rtol=1e-3, atol=1e-4)
@@ -98,13 +101,15 @@ class _Errors:
               tol: dict[str, float], what: str) -> None:
         """Every parameter and buffer; the float32 allowance is eager
         float32's largest difference over the whole model state (rounding
-        made in one layer shows up in all the others)."""
-        ours = [*model.named_parameters(), *model.named_buffers()]
-        f32 = [*e32.parameters(), *e32.buffers()]
-        f64 = [*e64.parameters(), *e64.buffers()]
-        scale = max((_max_diff(a, b) for a, b in zip(f32, f64)), default=0.0)
-        for (name, t), a, b in zip(ours, f32, f64):
-            self.check("param", t, a, b, tol, f"{name} {what}", scale)
+        made in one layer shows up in all the others). Matched by name (a
+        hybrid's JAX modules keep the names of the torch ones)."""
+        ours = dict([*model.named_parameters(), *model.named_buffers()])
+        f32 = dict([*e32.named_parameters(), *e32.named_buffers()])
+        f64 = dict([*e64.named_parameters(), *e64.named_buffers()])
+        assert ours.keys() == f32.keys() == f64.keys(), sorted(ours.keys() ^ f32.keys())
+        scale = max((_max_diff(f32[k], f64[k]) for k in f32), default=0.0)
+        for name, t in ours.items():
+            self.check("param", t, f32[name], f64[name], tol, f"{name} {what}", scale)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -163,26 +168,52 @@ def _calibrate(spec: ZooModel, model: torch.nn.Module) -> None:
         m.momentum = mom
 
 
-def _compile_infer(spec: ZooModel, model: torch.nn.Module) -> dict[str, float]:
+Prepare = Callable[[torch.nn.Module], None]
+"""Applied to the model hlobridge runs after the eager references are
+copied from it (the hybrid rows swap JAX modules in here)."""
+
+
+class _Segments:
+    """Names of the segments of every program hlobridge ran (from the
+    receipts), to prove that a hybrid's JAX pieces were inside."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def note(self) -> None:
+        r = hb.last_receipt()
+        if r is not None:
+            self.names.update(f"{s.producer}:{s.name}" for s in r.segments)
+
+
+def _compile_infer(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | None = None,
+                   seen: _Segments | None = None) -> dict[str, float]:
     _calibrate(spec, model)
     model.eval()
     ref = copy.deepcopy(model)
+    if prepare is not None:
+        prepare(model)
     compiled = torch.compile(model, backend="hlobridge", dynamic=False)
     worst, scale = 0.0, 0.0
     with torch.no_grad(), _unwrapped():
         for i in range(2):
             xs = spec.inputs()
             expected = spec.logits(ref, *xs)
-            worst = max(worst, _close(spec.logits(compiled, *xs), expected, INFER_TOL,
-                                      f"logits, batch {i}"))
+            got = spec.logits(compiled, *xs)
+            if seen is not None:
+                seen.note()
+            worst = max(worst, _close(got, expected, INFER_TOL, f"logits, batch {i}"))
             scale = max(scale, float(expected.abs().max()))
     assert scale > 1e-3, f"degenerate check: the logits are all below {scale:.3g}"
     return {"logits_err": worst, "logits_max_abs": scale}
 
 
-def _compile_train(spec: ZooModel, model: torch.nn.Module) -> dict[str, float]:
+def _compile_train(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | None = None,
+                   seen: _Segments | None = None) -> dict[str, float]:
     model.train()
     e32, e64 = copy.deepcopy(model), _reference(model)
+    if prepare is not None:
+        prepare(model)
     loss_fn = zoo_loss(spec)
     compiled = torch.compile(model, backend="hlobridge", dynamic=False)
     opts = [torch.optim.SGD(m.parameters(), lr=SGD_LR * spec.lr_scale, momentum=0.9)
@@ -193,7 +224,11 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module) -> dict[str, float]:
         for m, opt, b in zip((compiled, e32, e64), opts, (batch, batch, _f64(batch))):
             with _unwrapped():
                 loss = loss_fn(m, *b)
+                if m is compiled and seen is not None:
+                    seen.note()
                 loss.backward()
+                if m is compiled and seen is not None:
+                    seen.note()
             opt.step()
             opt.zero_grad()
             losses.append(loss)
@@ -203,16 +238,20 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module) -> dict[str, float]:
 
 
 def _step(spec: ZooModel, model: torch.nn.Module, opt: Any,
-          make_ref_opt: Callable[..., torch.optim.Optimizer], tol: dict[str, float]
-          ) -> dict[str, float]:
+          make_ref_opt: Callable[..., torch.optim.Optimizer], tol: dict[str, float],
+          prepare: Prepare | None = None, seen: _Segments | None = None) -> dict[str, float]:
     model.train()
     e32, e64 = copy.deepcopy(model), _reference(model)
+    if prepare is not None:
+        prepare(model)
     loss_fn = zoo_loss(spec)
     o32, o64 = make_ref_opt(e32.parameters()), make_ref_opt(e64.parameters())
     step = hb.compile_train_step(model, loss_fn, opt)
     errs = _Errors()
     for i, batch in enumerate(_batches(spec, 3)):
         loss = step(*batch)
+        if seen is not None:
+            seen.note()
         ref_losses = []
         for m, o, b in ((e32, o32, batch), (e64, o64, _f64(batch))):
             o.zero_grad()
@@ -244,3 +283,39 @@ def run_path(spec: ZooModel, path: str, seed: int) -> dict[str, float]:
         return _step(spec, model, hb.optim.Adam(lr=adam_lr),
                      lambda ps: torch.optim.Adam(ps, lr=adam_lr), ADAM_TOL)
     raise ValueError(f"unknown path {path!r}")
+
+
+def run_hybrid(hybrid: HybridModel, path: str, seed: int) -> dict[str, float]:
+    """Build the hybrid's base model from ``seed``, swap its JAX pieces in,
+    and run it through ``path`` (``compile_infer``, ``compile_train`` or
+    ``step_optax``) against the eager torch original. Also checks that every
+    JAX function of the hybrid is a segment of a program hlobridge ran."""
+    torch._dynamo.reset()
+    torch.manual_seed(seed)
+    spec = hybrid.base
+    model = spec.build()
+    swapped: list[int] = []
+    seen = _Segments()
+
+    def prepare(m: torch.nn.Module) -> None:
+        swapped.append(hybrid.apply(m))
+
+    if path == "compile_infer":
+        metrics = _compile_infer(spec, model, prepare, seen)
+    elif path == "compile_train":
+        metrics = _compile_train(spec, model, prepare, seen)
+    elif path == "step_optax":
+        lr = ADAM_LR * spec.lr_scale
+        metrics = _step(spec, model, optax_adamw(lr),
+                        lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=OPTAX_WEIGHT_DECAY),
+                        ADAM_TOL, prepare, seen)
+    else:
+        raise ValueError(f"unknown hybrid path {path!r}")
+    assert swapped and swapped[0] > 0, f"{hybrid.name}: no module was swapped"
+    names = " ".join(sorted(seen.names))
+    missing = [f for f in hybrid.jax_fns if f not in names]
+    assert not missing, f"{hybrid.name}: {missing} ran in no hlobridge program: {names}"
+    print("SEGMENTS", names)
+    if path == "step_optax":
+        assert "update" in names, f"the Optax update is no segment: {names}"
+    return {**metrics, "jax_modules": float(swapped[0])}
