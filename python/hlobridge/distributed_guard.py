@@ -1,31 +1,29 @@
 """Guards that keep hlobridge from being silently wrong under
 ``torch.distributed``.
 
-hlobridge compiles every program for ONE device and one process: it has no
-scale-out support yet. Two things would otherwise run without an error and
-give each rank different results:
+hlobridge compiles every program for ONE device and one process. A
+collective compiled into such a program does nothing, and a training step
+that differentiates copies of DDP's parameters skips DDP's gradient hooks.
+What this module checks, and where each case goes instead
+(``docs/distributed.md``):
 
-1. :func:`hlobridge.compile_train_step` on a model wrapped in
-   ``DistributedDataParallel`` or FSDP: the step differentiates fresh copies
-   of the parameters, so DDP's gradient hooks never fire (no all-reduce) and
-   FSDP's sharded/flat parameters are not what the model computes with.
-   :func:`check_train_step_model` refuses these wrappers
-   (:class:`~hlobridge.dynamo.errors.DistributedNotSupportedError`), except a
-   top-level DDP over a process group of ONE rank, which is unwrapped (its
-   all-reduce would be the identity).
+1. :func:`check_train_step_model` (used by :mod:`hlobridge.data_parallel`):
+   FSDP (``FullyShardedDataParallel``, ``fully_shard``), a nested
+   ``DistributedDataParallel`` and DTensor parameters or buffers are refused
+   (:class:`~hlobridge.dynamo.errors.DistributedNotSupportedError`); a
+   top-level DDP is captured data-parallel by :mod:`hlobridge.data_parallel`.
 2. collectives traced into a graph (``torch.ops._c10d_functional.*``,
    ``c10d_functional``, ``_c10d_functional_autograd``, ``c10d``, ``_dtensor``,
-   ``wait_tensor``): torch_xla lowers them to a ``stablehlo.all_reduce`` with
-   empty ``replica_groups`` in a one-replica program, a no-op.
-   :func:`check_fx_collectives` refuses them in every FX graph the backend or
-   whole-step capture compiles, and :func:`check_stablehlo_collectives` is the
-   backstop on each module text torch_xla lowers
-   (:class:`~hlobridge.dynamo.errors.CollectiveNotSupportedError`).
-
-What works with ``torch.distributed`` today: ``torch.compile(DDP(model),
-backend="hlobridge", dynamic=False)`` with the default DDPOptimizer (the
-graphs hold no collectives; DDP's own reducer all-reduces the gradients in
-eager autograd). See ``docs/distributed.md``.
+   ``wait_tensor``): the functional ones (:func:`is_splittable_collective`)
+   are run between hlobridge programs by :mod:`hlobridge.collective_split`;
+   the others are refused by :func:`check_fx_collectives`
+   (:class:`~hlobridge.dynamo.errors.CollectiveNotSupportedError`), and so
+   is a collective on a value that requires grad
+   (:func:`check_backend_collectives`, :class:`DifferentiableCollectiveWatch`:
+   torch has no backward for them, so the gradient would silently skip it).
+3. :func:`check_stablehlo_collectives` is the backstop on each module text
+   torch_xla lowers: a ``stablehlo.all_reduce`` etc. there would be a
+   one-replica no-op.
 """
 
 from __future__ import annotations
@@ -35,14 +33,20 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
 
 __all__ = [
     "COLLECTIVE_NAMESPACES",
+    "SPLIT_NAMESPACES",
+    "DifferentiableCollectiveWatch",
+    "check_backend_collectives",
     "check_fx_collectives",
     "check_stablehlo_collectives",
     "check_train_step_model",
+    "is_splittable_collective",
     "world_size",
 ]
 
@@ -50,15 +54,20 @@ COLLECTIVE_NAMESPACES = frozenset(
     {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor"})
 """Operator namespaces whose ops communicate between processes."""
 
+SPLIT_NAMESPACES = frozenset({"_c10d_functional", "c10d_functional", "_c10d_functional_autograd"})
+"""Namespaces of the functional collectives that
+:mod:`hlobridge.collective_split` runs eagerly between hlobridge programs."""
+
 _FUNCOL_MODULES = ("torch.distributed._functional_collectives",
                    "torch.distributed.distributed_c10d")
 
 _WHAT_INSTEAD = (
-    "hlobridge compiles single-process, single-device programs; it has no scale-out support "
-    "yet. Use torch.compile(DDP(model), backend=\"hlobridge\", dynamic=False) with the default "
-    "torch._dynamo.config.optimize_ddp (DDPOptimizer: DDP's reducer all-reduces the gradients "
-    "outside the compiled graphs), or keep the collective outside the compiled region, or run "
-    "without a process group")
+    "hlobridge programs run on one device in one process; collectives can only run between "
+    "them, through torch.distributed. For data-parallel training use torch.compile(DDP(model), "
+    "backend=\"hlobridge\", dynamic=False), or hb.compile_train_step(DDP(model), ...) / "
+    "hb.compile_train_step(model, ..., process_group=group); functional collectives "
+    "(torch.distributed._functional_collectives) on values that need no gradient run between "
+    "programs; otherwise keep the collective outside the compiled region")
 
 
 def world_size(group: Any = None) -> int:
@@ -160,9 +169,23 @@ def _collective_name(node: torch.fx.Node) -> str | None:
     return None
 
 
-def check_fx_collectives(gm: torch.fx.GraphModule, where: str = "hlobridge backend") -> None:
+def is_splittable_collective(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls a functional collective
+    (:data:`SPLIT_NAMESPACES`, an ``OpOverload`` with an immutable schema)
+    that :mod:`hlobridge.collective_split` runs eagerly between programs."""
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+        return False
+    return t.namespace in SPLIT_NAMESPACES and not t._schema.is_mutable
+
+
+def check_fx_collectives(gm: torch.fx.GraphModule, where: str = "hlobridge backend",
+                         *, split: bool = False) -> None:
     """Refuse a graph that calls a collective (see the module docs);
-    nested graph modules (higher-order ops) are searched too."""
+    nested graph modules (higher-order ops) are searched too. With
+    ``split=True`` (the graph is about to be split at its collectives),
+    only the collectives that cannot be split are refused: in-place ones,
+    ``c10d`` and ``_dtensor`` ops, and any in a nested graph."""
     found: list[str] = []
     for mod in gm.modules():
         graph = getattr(mod, "graph", None)
@@ -170,13 +193,89 @@ def check_fx_collectives(gm: torch.fx.GraphModule, where: str = "hlobridge backe
             continue
         for node in graph.nodes:
             name = _collective_name(node)
-            if name is not None and name not in found:
-                found.append(name)
+            if name is None or name in found:
+                continue
+            if split and mod is gm and is_splittable_collective(node):
+                continue
+            found.append(name)
+    if found:
+        how = ("cannot be run between hlobridge programs (only functional "
+               "_c10d_functional collectives can: not in-place ones, c10d ops or DTensor ops)"
+               if split else
+               "would be compiled for one device, where they do nothing (each rank would "
+               "silently keep its own values)")
+        raise CollectiveNotSupportedError(
+            f"{where}: the graph calls the collective(s) {', '.join(found)}, which hlobridge "
+            f"{how}. {_WHAT_INSTEAD}")
+
+
+def _differentiable_error(where: str, names: list[str]) -> CollectiveNotSupportedError:
+    return CollectiveNotSupportedError(
+        f"{where}: the collective(s) {', '.join(names)} take an input that requires grad, "
+        f"and torch has no autograd formula for them: the backward would silently skip them "
+        f"(ranks would get wrong gradients). Use them on values that need no gradient "
+        f"(under torch.no_grad(), on detached tensors, gradients in an optimizer), or use "
+        f"torch.compile(DDP(model), backend=\"hlobridge\") / compile_train_step(..., "
+        f"process_group=...) for data-parallel gradients")
+
+
+def check_backend_collectives(gm: torch.fx.GraphModule) -> None:
+    """The check on Dynamo's graph, before AOTAutograd: collectives that
+    cannot be split (:func:`check_fx_collectives` with ``split=True``; Dynamo
+    records them as ``OpOverloadPacket`` s, which AOTAutograd resolves) and
+    differentiable ones (an input whose example value requires grad: there is
+    no backward for ``_c10d_functional`` ops) are refused."""
+    found: list[str] = []
+    differentiable: list[str] = []
+    for node in gm.graph.nodes:
+        name = _collective_name(node)
+        if name is None:
+            continue
+        ns = name.split("::")[0]
+        if ns in ("c10d", "_dtensor"):
+            found.append(name)
+            continue
+        if ns == "_c10d_functional_autograd":
+            continue
+        for a in node.all_input_nodes:
+            v = a.meta.get("example_value")
+            if isinstance(v, torch.Tensor) and v.requires_grad and name not in differentiable:
+                differentiable.append(name)
+    for mod in gm.modules():
+        if mod is not gm and isinstance(getattr(mod, "graph", None), torch.fx.Graph):
+            check_fx_collectives(mod, "hlobridge backend (nested graph)")  # type: ignore[arg-type]
     if found:
         raise CollectiveNotSupportedError(
-            f"{where}: the graph calls the collective(s) {', '.join(found)}; hlobridge would "
-            f"compile them for one device, where they do nothing (each rank would silently "
-            f"keep its own values). {_WHAT_INSTEAD}")
+            f"hlobridge backend: the graph calls the collective(s) {', '.join(found)}, which "
+            f"cannot be run between hlobridge programs (only functional _c10d_functional "
+            f"collectives can). {_WHAT_INSTEAD}")
+    if differentiable:
+        raise _differentiable_error("hlobridge backend", differentiable)
+
+
+class DifferentiableCollectiveWatch(TorchDispatchMode):
+    """While active (around the forward of a traced training step), records
+    every ``_c10d_functional`` / ``c10d_functional`` collective called on a
+    tensor that requires grad: :meth:`check` then raises a
+    :class:`CollectiveNotSupportedError` (the backward would skip it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        if func.namespace in ("_c10d_functional", "c10d_functional"):
+            name = func.name()
+            if name not in self.found and any(
+                    isinstance(a, torch.Tensor) and a.requires_grad
+                    for a in pytree.tree_leaves((args, kwargs))):
+                self.found.append(name)
+        return func(*args, **(kwargs or {}))
+
+    def check(self, where: str) -> None:
+        if self.found:
+            raise _differentiable_error(where, self.found)
 
 
 _COLLECTIVE_OP = re.compile(

@@ -68,12 +68,14 @@ class TrainStep:
     """A compiled training step; see :func:`compile_train_step`."""
 
     def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
-                 optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None) -> None:
-        from hlobridge.distributed_guard import check_train_step_model
+                 optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None,
+                 process_group: Any = None) -> None:
+        from hlobridge.data_parallel import resolve
 
-        # DDP/FSDP would be silently wrong here (no gradient all-reduce):
-        # refused, or a one-rank DDP unwrapped (docs/distributed.md).
-        model = check_train_step_model(model)
+        # A DDP wrapper or process_group=: gradients all-reduced between a
+        # gradient and an update program (hlobridge.data_parallel); FSDP and
+        # DTensors refused; a one-rank DDP unwrapped (docs/distributed.md).
+        model, self._dp = resolve(model, process_group)
         self.model = model
         self.has_aux = has_aux
         self.loss_fn = loss_fn
@@ -104,6 +106,8 @@ class TrainStep:
         ``loss_fn``); updates the model's parameters (and mutated buffers)
         and the optimizer state; returns the loss (before the update), or
         ``(loss, aux)`` with ``has_aux``."""
+        if self._dp is not None:
+            self._dp.check_call(self.name)
         last = self._last
         if last is not None and len(batch) == last.n_batch and \
                 all(type(b) is _Tensor for b in batch):
@@ -180,14 +184,17 @@ class TrainStep:
                state_spec: pytree.TreeSpec, n_state: int) -> _Traced:
         from torch.fx.experimental.proxy_tensor import make_fx
 
+        from hlobridge.collective_split import compile_graph
+        from hlobridge.distributed_guard import DifferentiableCollectiveWatch
         from hlobridge.dynamo.engine import decompositions
-        from hlobridge.dynamo.program import CompiledGraph
 
         pnames = list(self._params)
         bnames = list(self._buffers)
         n_p, n_b = len(pnames), len(bnames)
         model, loss_fn, optimizer = self.model, self.loss_fn, self.optimizer
         has_aux = self.has_aux
+        dp = self._dp
+        module_buffers = {k for k, _ in model.named_buffers()}
         mutated: list[str] = []
         aux_box: list[pytree.TreeSpec] = []
 
@@ -196,13 +203,24 @@ class TrainStep:
             buffers = dict(zip(bnames, xs[n_p:n_p + n_b]))
             state = pytree.tree_unflatten(list(xs[n_p + n_b:n_p + n_b + n_state]), state_spec)
             batch = pytree.tree_unflatten(list(xs[n_p + n_b + n_state:]), batch_spec)
+            if dp is not None:
+                # DDP's broadcast_buffers: rank 0's buffers, written into the
+                # inputs (so that they come back as mutated buffers).
+                shared = {k: b for k, b in buffers.items() if k in module_buffers}
+                for k, b in dp.broadcast(shared).items():
+                    if b is not shared[k]:
+                        shared[k].copy_(b)
+            watch = DifferentiableCollectiveWatch()
             with torch.enable_grad():
                 live = {k: v.detach().requires_grad_(True) for k, v in params.items()}
 
                 def forward(*args: Any, **kwargs: Any) -> Any:
                     return torch.func.functional_call(model, {**live, **buffers}, args, kwargs)
 
-                loss = loss_fn(forward, *batch)
+                with watch:
+                    loss = loss_fn(forward, *batch)
+                # A collective on the way to the loss has no backward.
+                watch.check(f"compile_train_step ({self.name})")
                 aux_leaves: list[Any] = []
                 if has_aux:
                     if not (isinstance(loss, tuple) and len(loss) == 2):
@@ -220,6 +238,8 @@ class TrainStep:
                 grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
             g = {k: (gr if gr is not None else torch.zeros_like(params[k]))
                  for k, gr in zip(pnames, grads)}
+            if dp is not None:
+                g = dp.all_reduce_mean(pnames, g)  # between two programs
             new_params, new_state = optimizer.update(params, g, state)
             new_leaves, new_spec = pytree.tree_flatten(new_state)
             if new_spec != state_spec:
@@ -243,7 +263,7 @@ class TrainStep:
         gm = make_fx(functionalize(raw, remove="mutations_and_views"),
                      tracing_mode="fake")(*flat)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
-        return _Traced(graph=CompiledGraph(gm, self.name), state_spec=state_spec,
+        return _Traced(graph=compile_graph(gm, self.name), state_spec=state_spec,
                        mutated_buffers=mutated,
                        mutated_buffer_tensors=[self._buffers[n] for n in mutated],
                        n_batch=batch_spec.num_children,
@@ -281,7 +301,7 @@ def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list
 
 def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
                        optimizer: Optimizer, *, has_aux: bool = False,
-                       name: str | None = None) -> TrainStep:
+                       name: str | None = None, process_group: Any = None) -> TrainStep:
     """Compile ``model``'s whole training step into ONE program.
 
     ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
@@ -300,13 +320,18 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
     is a pytree of tensors (logits, metrics...), computed in the same
     program and returned as ``(loss, aux)``.
 
-    Under ``torch.distributed`` (``docs/distributed.md``): a model wrapped in
-    ``DistributedDataParallel`` over more than one rank, in FSDP
-    (``FullyShardedDataParallel`` or ``fully_shard``), or with DTensor
-    parameters raises
-    :class:`~hlobridge.dynamo.errors.DistributedNotSupportedError` (the step
-    would skip the gradient all-reduce); a top-level DDP over one rank is
-    unwrapped (``.module``). A collective anywhere in the step raises
+    Data parallel (``docs/distributed.md``, :mod:`hlobridge.data_parallel`):
+    with a model wrapped in ``DistributedDataParallel``, or with
+    ``process_group=`` (a ``torch.distributed`` group; its rank 0's
+    parameters are broadcast once), each rank runs a gradient program, the
+    gradients are averaged over the group through ``torch.distributed``
+    (bucketed, as DDP does), and an update program applies them: the result
+    equals DDP eager. FSDP (``FullyShardedDataParallel``, ``fully_shard``)
+    and DTensor parameters raise
+    :class:`~hlobridge.dynamo.errors.DistributedNotSupportedError`.
+    Functional collectives in the step run between programs; one on a value
+    that requires grad (no backward) raises
     :class:`~hlobridge.dynamo.errors.CollectiveNotSupportedError`.
     """
-    return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name)
+    return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name,
+                     process_group=process_group)

@@ -44,11 +44,15 @@ __all__ = [
 _counter = {"graph": 0}
 
 
-def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], CompiledGraph]:
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
+def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        # One CompiledGraph, or programs with torch.distributed functional
+        # collectives run between them (hlobridge.collective_split).
+        from hlobridge.collective_split import compile_graph as compile_split
+
         n = _counter["graph"]
         _counter["graph"] += 1
-        return CompiledGraph(gm, f"{kind} #{n}")
+        return compile_split(gm, f"{kind} #{n}")
 
     compile_graph.__name__ = f"hlobridge_{kind}_compiler"
     return compile_graph
@@ -61,11 +65,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
 
     from hlobridge.dynamo.engine import decompositions as backend_decompositions
 
-    from hlobridge.distributed_guard import check_fx_collectives
+    from hlobridge.distributed_guard import check_backend_collectives
 
-    # Collectives are refused before AOTAutograd traces them (they would
-    # compile to one-device no-ops; docs/distributed.md).
-    check_fx_collectives(gm)
+    # Functional collectives run between programs; those that cannot, or
+    # that would need a backward, are refused before AOTAutograd traces them
+    # (docs/distributed.md).
+    check_backend_collectives(gm)
 
     # Core aten (the op set torch_xla lowers best) + training batch norm.
     decompositions = backend_decompositions()
