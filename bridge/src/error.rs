@@ -36,6 +36,10 @@ pub enum Error {
     /// Two segments disagree on a module-level setting or a mesh.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A collective cannot be rewritten for the devices a program runs on
+    /// (`lower::collectives`).
+    #[error("collective: {0}")]
+    Collective(String),
 }
 
 /// The two sides of a seam whose types differ.

@@ -23,6 +23,10 @@ class InvalidIrError(BridgeError):
 class StitchError(BridgeError):
     """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
 
+class CollectiveRewriteError(StitchError):
+    """A collective in a segment cannot be rewritten for the devices the program runs on
+    (``hlobridge.spmd``)."""
+
 class FileError(BridgeError, OSError):
     """Reading or writing a file failed (also an OSError)."""
 
@@ -183,6 +187,13 @@ def stitch(
 ) -> tuple[str, str]:
     """Merge segments ``(name, producer, module_text, entry, input_handles,
     output_handles)`` into one module; returns ``(fused_text, report_json)``."""
+
+def rewrite_collectives(
+    text: str, num_devices: int, first_channel: int | None = None
+) -> tuple[str, str]:
+    """Rewrite the collectives of ``text`` into the global-device-id form for
+    ``num_devices`` devices; returns ``(text, report_json)``. Raises
+    :class:`CollectiveRewriteError` for one it cannot rewrite."""
 
 def fast_init(
     tensor_type: type,

@@ -6,6 +6,7 @@
 //! ├── ParseError            malformed StableHLO/MLIR text (file:line:col)
 //! ├── InvalidIrError        structurally invalid IR
 //! ├── StitchError           stitch plans: bad plan, seam mismatch, cycle, conflict
+//! │   └── CollectiveRewriteError  a collective hlobridge.spmd cannot rewrite
 //! ├── FileError             (also an OSError) reading/writing a file
 //! ├── PluginError           finding or loading a PJRT plugin
 //! │   ├── PluginNotFoundError
@@ -47,6 +48,13 @@ create_exception!(
     StitchError,
     BridgeError,
     "A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."
+);
+create_exception!(
+    _native,
+    CollectiveRewriteError,
+    StitchError,
+    "A collective in a segment cannot be rewritten for the devices the program runs on \
+     (`hlobridge.spmd`)."
 );
 create_exception!(
     _native,
@@ -146,6 +154,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ParseError", py.get_type::<ParseError>())?;
     m.add("InvalidIrError", py.get_type::<InvalidIrError>())?;
     m.add("StitchError", py.get_type::<StitchError>())?;
+    m.add(
+        "CollectiveRewriteError",
+        py.get_type::<CollectiveRewriteError>(),
+    )?;
     m.add("FileError", file_error_type(py)?.bind(py))?;
     m.add("PluginError", py.get_type::<PluginError>())?;
     m.add("PluginNotFoundError", py.get_type::<PluginNotFoundError>())?;
@@ -177,6 +189,7 @@ pub fn to_py(e: hlobridge::Error) -> PyErr {
         E::Plan(_) | E::SeamMismatch(_) | E::Cycle(_) | E::Conflict(_) => {
             StitchError::new_err(e.to_string())
         }
+        E::Collective(_) => CollectiveRewriteError::new_err(e.to_string()),
     }
 }
 

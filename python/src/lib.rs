@@ -21,6 +21,7 @@ mod fastcall;
 mod logging;
 mod receipt;
 mod runtime;
+mod spmd;
 mod stats;
 mod stitch;
 
@@ -78,6 +79,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::record_cache_hit, m)?)?;
     m.add_function(wrap_pyfunction!(stitch::stitch, m)?)?;
+    m.add_function(wrap_pyfunction!(spmd::rewrite_collectives, m)?)?;
     m.add_function(wrap_pyfunction!(fastcall::fast_init, m)?)?;
     m.add_function(wrap_pyfunction!(fastcall::fast_call, m)?)?;
     m.add_function(wrap_pyfunction!(fastcall::fast_register, m)?)?;

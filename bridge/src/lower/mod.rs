@@ -3,8 +3,12 @@
 //! module stays portable, and the runtime lowers it for the plugin it runs
 //! on).
 
+pub mod collectives;
 pub mod host_gemm;
 
+pub use collectives::{
+    rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
+};
 pub use host_gemm::{rewrite_host_gemm, HostGemmPolicy, HostGemmReport};
 
 use crate::{parse_module, print_module, PrintOptions};
