@@ -114,3 +114,35 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
         ax.set_ylim(top=top * 12)  # room for the legend above the bars
         ax.legend(fontsize=6, ncol=2, loc="upper left")
     return _save(fig, out)
+
+
+def zoo_plot(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Model zoo: hlobridge / eager and inductor / eager per model, one
+    panel per path (log scale, 1 = eager; bars: median of paired rounds,
+    whiskers p10-p90)."""
+    rows = [r for r in rows if "error" not in r]
+    paths = list(dict.fromkeys(r["path"] for r in rows))
+    n = max((sum(r["path"] == p for r in rows) for p in paths), default=1)
+    fig, axes = plt.subplots(1, max(1, len(paths)), figsize=(3.6 * max(1, len(paths)), 0.8 + 0.3 * n),
+                             squeeze=False, sharey=False)
+    for ax, path in zip(axes[0], paths):
+        sel = [r for r in rows if r["path"] == path]
+        ys = np.arange(len(sel))
+        for off, key, label in ((-0.2, "hlobridge/eager", "hlobridge"),
+                                (0.2, "inductor/eager", "inductor")):
+            rs = [r["ratios"].get(key) for r in sel]
+            med = [x["median"] if x else np.nan for x in rs]
+            err = [[x["median"] - x["p10"] if x else 0 for x in rs],
+                   [x["p90"] - x["median"] if x else 0 for x in rs]]
+            ax.barh(ys + off, med, 0.4, xerr=err, label=label, capsize=1.5)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([r["model"] for r in sel], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("time / eager (lower is better)", fontsize=8)
+        ax.set_title({"infer": "torch.compile inference", "step_sgd": "compile_train_step + SGD",
+                      "train": "torch.compile training"}.get(path, path), fontsize=9)
+        ax.legend(fontsize=6)
+    return _save(fig, out)

@@ -9,9 +9,11 @@ Parts (``--only`` picks a subset):
   stitch    stitcher throughput on chains of segments
   ragged    ragged paged attention vs padded
   cache     compile cache: cold vs warm start of a large program
+  zoo       model zoo: hlobridge vs eager vs inductor per model and path (zoo.py)
 
 Run:  make bench        (= .venv/bin/python benches/e2e/run.py)
       benches/e2e/run.py --quick --only dispatch,step --sizes small --no-torch-xla --out /tmp/b
+      benches/e2e/run.py --only zoo --models hf-gpt2,tv-resnet18 --zoo-paths infer --out /tmp/b
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ import torch  # noqa: E402
 import hybrid_step as hs  # noqa: E402
 import parts  # noqa: E402
 import plots  # noqa: E402
+import zoo  # noqa: E402
 from timing import interleaved  # noqa: E402
 
-PARTS = ("step", "dispatch", "parse", "stitch", "ragged", "cache")
+PARTS = ("step", "dispatch", "parse", "stitch", "ragged", "cache", "zoo")
 
 
 class Plan:
@@ -62,6 +65,7 @@ class Plan:
         self.ragged_reps = 5 if not quick else 2
         self.cache_modules = [(2, 2), (1, 1), (4, 2)] if not quick else [(1, 1)]
         self.cache_reps = 3 if not quick else 1
+        self.zoo = zoo.ZooPlan(quick)
 
 
 def machine() -> dict[str, Any]:
@@ -167,6 +171,8 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         if "jaxlib_ratio" in c:  # context: the same measurement of jaxlib's own cache path
             add("compile cache warm vs cold, jaxlib's serialize/deserialize (anchor)",
                 c["jaxlib_ratio"], ">= 20x", c["jaxlib_ratio"] >= 20)
+    if "zoo" in r:
+        rows += zoo.targets(r["zoo"])
     return rows
 
 
@@ -207,6 +213,8 @@ def table(r: dict[str, Any]) -> str:
                 line += (f"; jaxlib cold {z['jaxlib_cold_s']:.2f} s, warm "
                          f"{z['jaxlib_warm_s'] * 1e3:.0f} ms -> {z['jaxlib_ratio']:.1f}x")
             lines.append(line)
+    if "zoo" in r:
+        lines += zoo.table_lines(r["zoo"])
     lines.append("targets")
     for t in r["targets"]:
         lines.append(f"  {t['target']:52} {t['ratio']:8.2f}x  goal {t['goal']:8} "
@@ -274,6 +282,8 @@ def markdown(r: dict[str, Any]) -> str:
             out.append(f"| {z['module']} | {z.get('mb', z['module_bytes'] / 1e6):.2f} | "
                        f"{z['cold_s']:.2f} | {z['warm_s'] * 1e3:.0f} | {z['ratio']:.1f}× | {anchor} |")
         out.append("")
+    if "zoo" in r:
+        out += [zoo.markdown(r["zoo"])]
     out += ["| target | measured | goal | |", "| --- | ---: | --- | --- |"]
     out += [f"| {t['target']} | {t['ratio']:.2f}× | {t['goal']} | {'met' if t['met'] else '**missed**'} |"
             for t in r["targets"]]
@@ -291,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch intra-op threads for the step (default 1: with more, torch's "
                          "OpenMP pool and XLA's pool fight over the cores at each hop; the small "
                          "step is also run with torch's default and recorded as step_contention)")
+    ap.add_argument("--models", default="",
+                    help="zoo: comma list of model-zoo names (default: every model)")
+    ap.add_argument("--zoo-paths", default="infer,step_sgd,train",
+                    help=f"zoo: comma list of {','.join(zoo.PATHS)}")
+    ap.add_argument("--zoo-torch-threads", type=int, default=None,
+                    help="zoo: torch intra-op threads (default: torch's default, all cores, as "
+                         "XLA's pool uses)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results")
     ap.add_argument("--docs", type=Path, default=None,
                     help="also copy the plots here (make bench: docs/bench)")
@@ -299,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     bad = set(only) - set(PARTS)
     if bad:
         ap.error(f"unknown parts {sorted(bad)}")
+    known = {m.name for m in zoo.MODELS}
+    if bad := [m for m in a.models.split(",") if m and m not in known]:
+        ap.error(f"unknown zoo models {bad}; known: {', '.join(sorted(known))}")
+    if bad := [p for p in a.zoo_paths.split(",") if p and p not in zoo.PATHS]:
+        ap.error(f"unknown zoo paths {bad}; known: {', '.join(zoo.PATHS)}")
     sizes = [s for s in a.sizes.split(",") if s]
     plan = Plan(a.quick)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -335,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         print("cache ...", flush=True)
         r["cache"] = parts.compile_cache([parts.big_module(*m, cache_dir) for m in plan.cache_modules],
                                          plan.cache_reps)
+    if "zoo" in only:
+        print("zoo ...", flush=True)
+        r["zoo"] = zoo.run(plan.zoo, [m for m in a.models.split(",") if m] or None,
+                           [p for p in a.zoo_paths.split(",") if p],
+                           a.zoo_torch_threads or default_threads)
     r["targets"] = targets(r)
     r["wall_s"] = time.perf_counter() - t_start
 
@@ -349,12 +376,17 @@ def main(argv: list[str] | None = None) -> int:
         pngs.append(plots.ragged_plot(r["ragged"], a.out / "e2e_ragged.png"))
     if "stitch" in r:
         pngs.append(plots.stitch_plot(r["stitch"], r.get("cache"), a.out / "e2e_stitch_cache.png"))
+    extra = []
+    if r.get("zoo", {}).get("rows"):
+        pngs.append(plots.zoo_plot(r["zoo"]["rows"], a.out / "zoo.png"))
+        (a.out / "zoo_table.md").write_text(zoo.markdown(r["zoo"], readme=True))
+        extra.append(a.out / "zoo_table.md")
     r["plots"] = [p.name for p in pngs]
     (a.out / "e2e.json").write_text(json.dumps(r, indent=1))
     (a.out / "e2e.md").write_text(markdown(r))
     if a.docs:
         a.docs.mkdir(parents=True, exist_ok=True)
-        for p in pngs:
+        for p in [*pngs, *extra]:
             shutil.copy(p, a.docs / p.name)
     print(table(r))
     print(f"wrote {a.out / 'e2e.json'} and {len(pngs)} plots; {r['wall_s']:.0f} s")
