@@ -203,13 +203,13 @@ class TrainStep:
             buffers = dict(zip(bnames, xs[n_p:n_p + n_b]))
             state = pytree.tree_unflatten(list(xs[n_p + n_b:n_p + n_b + n_state]), state_spec)
             batch = pytree.tree_unflatten(list(xs[n_p + n_b + n_state:]), batch_spec)
-            if dp is not None:
-                # DDP's broadcast_buffers: rank 0's buffers, written into the
-                # inputs (so that they come back as mutated buffers).
-                shared = {k: b for k, b in buffers.items() if k in module_buffers}
-                for k, b in dp.broadcast(shared).items():
-                    if b is not shared[k]:
-                        shared[k].copy_(b)
+            shared = {k: b for k, b in buffers.items() if k in module_buffers}
+            synced = shared if dp is None else dp.broadcast(shared)
+            if synced is not shared:
+                # DDP's broadcast_buffers: the forward reads (and updates)
+                # rank 0's buffers; written back below, they come back as
+                # mutated buffers.
+                buffers = {**buffers, **synced}
             watch = DifferentiableCollectiveWatch()
             with torch.enable_grad():
                 live = {k: v.detach().requires_grad_(True) for k, v in params.items()}
@@ -221,6 +221,9 @@ class TrainStep:
                     loss = loss_fn(forward, *batch)
                 # A collective on the way to the loss has no backward.
                 watch.check(f"compile_train_step ({self.name})")
+                if synced is not shared:
+                    for k, t in synced.items():
+                        shared[k].copy_(t)
                 aux_leaves: list[Any] = []
                 if has_aux:
                     if not (isinstance(loss, tuple) and len(loss) == 2):
@@ -262,6 +265,8 @@ class TrainStep:
                           tracing_mode="fake")(*flat)
         gm = make_fx(functionalize(raw, remove="mutations_and_views"),
                      tracing_mode="fake")(*flat)
+        if dp is not None:
+            _drop_input_shaped_copies(gm)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
         return _Traced(graph=compile_graph(gm, self.name), state_spec=state_spec,
                        mutated_buffers=mutated,
@@ -269,6 +274,29 @@ class TrainStep:
                        n_batch=batch_spec.num_children,
                        aux_spec=aux_box[0] if aux_box else None,
                        n_aux=aux_box[0].num_leaves if aux_box else 0)
+
+
+def _drop_input_shaped_copies(gm: torch.fx.GraphModule) -> None:
+    """``aten.copy(input, src)`` with ``src`` of the input's shape and dtype
+    is ``src``: use it directly. (Writing the broadcast buffers back leaves
+    such copies; the program would read the input only for its shape, which
+    torch_xla drops for a 0-d input such as ``num_batches_tracked``.)"""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if not (isinstance(dst, torch.fx.Node) and dst.op == "placeholder"
+                and isinstance(src, torch.fx.Node)):
+            continue
+        a, b = dst.meta.get("val"), src.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+                a.shape == b.shape and a.dtype == b.dtype and a.device == b.device:
+            node.replace_all_uses_with(src)
+            gm.graph.erase_node(node)
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],
