@@ -114,10 +114,10 @@ def check_train_step_model(model: torch.nn.Module) -> torch.nn.Module:
     """The module :func:`hlobridge.compile_train_step` should capture, or a
     :class:`DistributedNotSupportedError`.
 
-    - a ``DistributedDataParallel`` / ``FullyShardedDataParallel`` /
-      ``fully_shard`` module anywhere in ``model``, or a DTensor parameter or
-      buffer, with a process group of more than one rank: refused (the step
-      would skip the gradient all-reduce, so ranks would diverge);
+    - a ``DistributedDataParallel`` over more than one rank: refused (the
+      step would skip the gradient all-reduce, so ranks would diverge);
+      :func:`hlobridge.data_parallel.resolve` takes a top-level one off
+      before calling this, and captures it data-parallel;
     - FSDP (either version) and DTensors are refused at any world size (the
       parameters are flat or sharded views, not what the model computes
       with);
@@ -138,13 +138,16 @@ def check_train_step_model(model: torch.nn.Module) -> torch.nn.Module:
         if kind == "DistributedDataParallel" and ranks > 1:
             raise DistributedNotSupportedError(
                 f"compile_train_step: {where} is wrapped in DistributedDataParallel over "
-                f"{ranks} ranks; the captured step differentiates copies of the parameters, so "
-                f"DDP's gradient all-reduce would never run and the ranks would silently "
-                f"diverge. {_WHAT_INSTEAD}")
+                f"{ranks} ranks{' inside another module' if path else ''}; the captured step differentiates copies "
+                f"of the parameters, so DDP's gradient all-reduce would never run and the ranks "
+                f"would silently diverge. Pass the DDP wrapper itself (compile_train_step("
+                f"DDP(model), ...)) or the plain model with process_group=. {_WHAT_INSTEAD}")
         raise DistributedNotSupportedError(
             f"compile_train_step: {where} is wrapped in {kind} (process group of {ranks} "
-            f"rank(s)); hlobridge cannot capture a wrapped step (no gradient all-reduce, "
-            f"flat or sharded parameters). Pass the unwrapped module. {_WHAT_INSTEAD}")
+            f"rank(s)); hlobridge cannot capture a sharded step (its parameters are flat or "
+            f"sharded views gathered by FSDP's hooks, and its gradients are reduce-scattered). "
+            f"Use torch.compile(model, backend=\"hlobridge\") on the FSDP model (FSDP's hooks "
+            f"run eagerly), or data parallel. {_WHAT_INSTEAD}")
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if _is_dtensor(t):
             raise DistributedNotSupportedError(

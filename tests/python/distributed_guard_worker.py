@@ -1,5 +1,6 @@
-"""One rank of the 2-process ``torch.distributed`` checks
-(``test_distributed_guards.py`` starts two of these with gloo on 127.0.0.1).
+"""One rank of the 2-process ``torch.distributed`` guard and collective
+checks (``test_distributed_guards.py`` starts two of these with gloo on
+127.0.0.1; see ``distributed_worker_common.py``).
 
 Usage: ``distributed_guard_worker.py RANK WORLD PORT OUT_JSON SEED``.
 
@@ -14,11 +15,8 @@ BackendCompilerFailed], "message": ...}``.
 from __future__ import annotations
 
 import copy
-import datetime
-import json
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -30,29 +28,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.distributed._functional_collectives as funcol  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from distributed_worker_common import flat, ranks_max_diff, run_cases  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import hlobridge as hb  # noqa: E402
 from hlobridge import dynamo as hbd  # noqa: E402
 
-RANK, WORLD, PORT, OUT, SEED = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4],
-                                int(sys.argv[5]))
-
-
-def chain(e: BaseException | None) -> list[str]:
-    names: list[str] = []
-    while e is not None and len(names) < 8:
-        names.append(type(e).__name__)
-        e = getattr(e, "inner_exception", None) or e.__cause__
-    return names
-
-
-def innermost_message(e: BaseException) -> str:
-    while True:
-        nxt = getattr(e, "inner_exception", None) or e.__cause__
-        if nxt is None:
-            return str(e)
-        e = nxt
+RANK, WORLD, SEED = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[5])
 
 
 class MLP(torch.nn.Module):
@@ -86,55 +68,29 @@ def loss_fn(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor) ->
 
 
 def flat_params(m: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+    return flat(m.parameters())
 
 
-def ranks_max_diff(t: torch.Tensor) -> float:
-    """Largest difference of ``t`` between the ranks (0.0 when identical)."""
-    parts = [torch.empty_like(t) for _ in range(WORLD)]
-    dist.all_gather(parts, t.contiguous())
-    return max(float((p - parts[0]).abs().max()) for p in parts)
-
-
-# -- cases ---------------------------------------------------------------------
-def case_backend_ddp() -> dict[str, Any]:
-    """torch.compile(DDP(model), backend="hlobridge") with the default
-    DDPOptimizer, 3 SGD steps, against DDP eager."""
-    base = mlp()
-    graphs_before = len(hbd.compiled_graphs())
-    ref = DDP(copy.deepcopy(base))
-    model = DDP(base)
-    compiled = torch.compile(model, backend="hlobridge", dynamic=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def _sgd_vs_ddp(step: Callable[..., torch.Tensor], model: torch.nn.Module,
+                loss: Callable[..., torch.Tensor] = loss_fn) -> dict[str, Any]:
+    """3 steps of ``step`` against DDP eager with SGD(lr=0.1), from the same
+    weights."""
+    ref = DDP(mlp())
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     loss_diff = 0.0
     for x, y in batches(3):
-        opt.zero_grad()
+        out = step(x, y)
         ref_opt.zero_grad()
-        loss = F.mse_loss(compiled(x), y)
-        ref_loss = F.mse_loss(ref(x), y)
-        loss.backward()
+        ref_loss = loss(ref, x, y)
         ref_loss.backward()
-        opt.step()
         ref_opt.step()
-        loss_diff = max(loss_diff, float((loss - ref_loss).abs()))
+        loss_diff = max(loss_diff, float((out - ref_loss).abs()))
     p, q = flat_params(model), flat_params(ref)
-    graphs = len(hbd.compiled_graphs()) - graphs_before
-    return {"status": "ok", "max_param_diff_vs_eager": float((p - q).abs().max()),
-            "max_loss_diff_vs_eager": loss_diff, "ranks_max_diff": ranks_max_diff(p),
-            "ref_ranks_max_diff": ranks_max_diff(q), "graphs": graphs}
+    return {"status": "ok", "max_param_diff_vs_ddp": float((p - q).abs().max()),
+            "max_loss_diff_vs_ddp": loss_diff, "ranks_max_diff": ranks_max_diff(p)}
 
 
-def case_train_step_ddp() -> dict[str, Any]:
-    model = DDP(mlp())
-    before = flat_params(model)
-    step = hb.compile_train_step(model, loss_fn, hb.optim.SGD(lr=0.1))
-    x, y = batches(1)[0]
-    step(x, y)
-    return {"status": "ok", "ranks_max_diff": ranks_max_diff(flat_params(model)),
-            "changed": float((flat_params(model) - before).abs().max())}
-
-
+# -- compile_train_step: refused, unwrapped, or collectives between programs ----
 def case_train_step_ddp_one_rank() -> dict[str, Any]:
     """DDP over a process group of ONE rank: unwrapped, must match eager."""
     groups = [dist.new_group([r]) for r in range(WORLD)]  # every rank creates every group
@@ -156,25 +112,11 @@ def case_train_step_ddp_one_rank() -> dict[str, Any]:
 
 
 def case_train_step_fsdp1() -> dict[str, Any]:
-    """FSDP1 needs an accelerator to construct; without one, an FSDP object
-    whose __init__ is skipped (a plain module holding the MLP as FSDP does)
-    still checks that the wrapper class is recognised."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    structural = False
-    try:
-        model = FSDP(mlp(), use_orig_params=True)
-    except RuntimeError:
-        model = FSDP.__new__(FSDP)
-        torch.nn.Module.__init__(model)
-        model._modules["_fsdp_wrapped_module"] = mlp()
-        structural = True
-    try:
-        hb.compile_train_step(model, loss_fn, hb.optim.SGD(lr=0.1))
-    except hb.BridgeError as e:
-        return {"status": "error", "chain": chain(e), "message": str(e),
-                "structural": structural}
-    return {"status": "ok", "structural": structural}
+    model = FSDP(mlp(), use_orig_params=True, device_id=torch.device("cpu"))
+    hb.compile_train_step(model, loss_fn, hb.optim.SGD(lr=0.1))
+    return {"status": "ok"}
 
 
 def case_train_step_fsdp2() -> dict[str, Any]:
@@ -188,6 +130,8 @@ def case_train_step_fsdp2() -> dict[str, Any]:
 
 
 def case_train_step_collective_loss() -> dict[str, Any]:
+    """An all-reduce on the way from the parameters to the loss: torch has
+    no backward for it, so the gradient would silently skip it."""
     def loss_ar(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
                 ) -> torch.Tensor:
         return F.mse_loss(funcol.all_reduce(m(x), "sum", dist.group.WORLD) / WORLD, y)
@@ -196,6 +140,36 @@ def case_train_step_collective_loss() -> dict[str, Any]:
     step = hb.compile_train_step(model, loss_ar, hb.optim.SGD(lr=0.1))
     step(*batches(1)[0])
     return {"status": "ok", "ranks_max_diff": ranks_max_diff(flat_params(model))}
+
+
+def case_train_step_collective_count() -> dict[str, Any]:
+    """An all-reduce on a value that needs no gradient (the global element
+    count that normalizes the loss) runs between two programs; against the
+    same computation in eager torch, 3 SGD steps."""
+    def loss_global(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+                    ) -> torch.Tensor:
+        n = funcol.all_reduce(torch.full((), y.numel(), dtype=torch.float32), "sum",
+                              dist.group.WORLD)
+        return ((m(x) - y) ** 2).sum() / n
+
+    model, ref = mlp(), mlp()
+    step = hb.compile_train_step(model, loss_global, hb.optim.SGD(lr=0.1))
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    loss_diff = 0.0
+    for x, y in batches(3):
+        loss = step(x, y)
+        ref_opt.zero_grad()
+        n = torch.full((), y.numel(), dtype=torch.float32)
+        dist.all_reduce(n)
+        ref_loss = ((ref(x) - y) ** 2).sum() / n
+        ref_loss.backward()
+        ref_opt.step()
+        loss_diff = max(loss_diff, float((loss - ref_loss).abs()))
+    graph = step.graphs[0]
+    return {"status": "ok",
+            "max_param_diff_vs_eager": float((flat_params(model) - flat_params(ref)).abs().max()),
+            "max_loss_diff_vs_eager": loss_diff, "programs": len(graph.pieces),
+            "collectives": graph.collectives}
 
 
 class AllReduceSGD(hb.optim.SGD):
@@ -207,94 +181,102 @@ class AllReduceSGD(hb.optim.SGD):
 
 
 def case_train_step_collective_optimizer() -> dict[str, Any]:
+    """All-reduces in the optimizer's update: the step runs as a gradient
+    program, the all-reduces, an update program; equals DDP eager."""
     model = mlp()
     step = hb.compile_train_step(model, loss_fn, AllReduceSGD(lr=0.1))
-    step(*batches(1)[0])
-    return {"status": "ok", "ranks_max_diff": ranks_max_diff(flat_params(model))}
+    res = _sgd_vs_ddp(step, model)
+    res["programs"] = len(step.graphs[0].pieces)
+    return res
 
 
+# -- the torch.compile backend -------------------------------------------------
 class FunctionalAllReduce(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.body = mlp()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return funcol.all_reduce(self.body(x), "sum", dist.group.WORLD)
+        return funcol.all_reduce(self.body(x), "sum", dist.group.WORLD) * 0.5
 
 
 class InPlaceAllReduce(FunctionalAllReduce):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(x)
         dist.all_reduce(h)
-        return h
+        return h * 0.5
 
 
-def _compiled_forward(model: torch.nn.Module) -> dict[str, Any]:
-    out = torch.compile(model, backend="hlobridge", dynamic=False)(batches(1)[0][0])
-    return {"status": "ok", "ranks_max_diff": ranks_max_diff(out.detach())}
+def _compiled_forward(model: torch.nn.Module, no_grad: bool) -> dict[str, Any]:
+    """The compiled forward against the same module run eagerly."""
+    x = batches(1)[0][0]
+    graphs_before = len(hbd.compiled_graphs())
+    with torch.no_grad() if no_grad else torch.enable_grad():
+        out = torch.compile(model, backend="hlobridge", dynamic=False)(x)
+        ref = model(x)
+    return {"status": "ok", "ranks_max_diff": ranks_max_diff(out.detach()),
+            "max_diff_vs_eager": float((out - ref).abs().max()),
+            "programs": len(hbd.compiled_graphs()) - graphs_before}
 
 
 def case_backend_functional_all_reduce() -> dict[str, Any]:
-    return _compiled_forward(FunctionalAllReduce())
+    return _compiled_forward(FunctionalAllReduce(), no_grad=False)
 
 
 def case_backend_c10d_all_reduce() -> dict[str, Any]:
-    return _compiled_forward(InPlaceAllReduce())
+    return _compiled_forward(InPlaceAllReduce(), no_grad=False)
+
+
+def case_backend_functional_all_reduce_no_grad() -> dict[str, Any]:
+    return _compiled_forward(FunctionalAllReduce(), no_grad=True)
+
+
+def case_backend_c10d_all_reduce_no_grad() -> dict[str, Any]:
+    return _compiled_forward(InPlaceAllReduce(), no_grad=True)
 
 
 def case_backend_python_reducer_compiled_autograd() -> dict[str, Any]:
     """DDP traced whole (optimize_ddp="python_reducer") with compiled
-    autograd (torch._dynamo.config.compiled_autograd): the backward graph
-    holds DDP's gradient all-reduces."""
+    autograd: the backward graph holds DDP's bucket all-reduces, which run
+    between hlobridge programs. 3 SGD steps against DDP eager."""
     import torch._dynamo.config as dcfg
 
     ref = DDP(mlp())
-    x, y = batches(1)[0]
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     graphs_before = len(hbd.compiled_graphs())
+    grad_diff = 0.0
     with dcfg.patch(optimize_ddp="python_reducer"):
         model = DDP(mlp())  # DDP picks its reducer when constructed
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
         compiled = torch.compile(model, backend="hlobridge", dynamic=False)
 
         def train(x: torch.Tensor, y: torch.Tensor) -> None:
             F.mse_loss(compiled(x), y).backward()
 
-        with dcfg.patch(compiled_autograd=True):
-            torch.compile(train, backend="hlobridge", dynamic=False)(x, y)
-    F.mse_loss(ref(x), y).backward()
-    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])  # type: ignore[union-attr]
-    ref_grads = torch.cat([p.grad.reshape(-1) for p in ref.parameters()])  # type: ignore[union-attr]
-    return {"status": "ok", "ranks_max_diff": ranks_max_diff(grads),
-            "max_grad_diff_vs_eager": float((grads - ref_grads).abs().max()),
-            "graphs": len(hbd.compiled_graphs()) - graphs_before}
+        train_c = torch.compile(train, backend="hlobridge", dynamic=False)
+        for x, y in batches(3):
+            opt.zero_grad()
+            ref_opt.zero_grad()
+            with dcfg.patch(compiled_autograd=True):
+                train_c(x, y)
+            F.mse_loss(ref(x), y).backward()
+            grads = flat(p.grad for p in model.parameters())  # type: ignore[misc]
+            ref_grads = flat(p.grad for p in ref.parameters())  # type: ignore[misc]
+            grad_diff = max(grad_diff, float((grads - ref_grads).abs().max()))
+            opt.step()
+            ref_opt.step()
+    p, q = flat_params(model), flat_params(ref)
+    return {"status": "ok", "ranks_max_diff": ranks_max_diff(p),
+            "max_grad_diff_vs_ddp": grad_diff,
+            "max_param_diff_vs_ddp": float((p - q).abs().max()),
+            "programs": len(hbd.compiled_graphs()) - graphs_before}
 
 
-CASES = [case_backend_ddp, case_train_step_ddp, case_train_step_ddp_one_rank,
-         case_train_step_fsdp1, case_train_step_fsdp2, case_train_step_collective_loss,
+CASES = [case_train_step_ddp_one_rank, case_train_step_fsdp1, case_train_step_fsdp2,
+         case_train_step_collective_loss, case_train_step_collective_count,
          case_train_step_collective_optimizer, case_backend_functional_all_reduce,
-         case_backend_c10d_all_reduce, case_backend_python_reducer_compiled_autograd]
-
-
-def main() -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{PORT}", rank=RANK,
-                            world_size=WORLD, timeout=datetime.timedelta(seconds=60))
-    results: dict[str, Any] = {}
-    for case in CASES:
-        name = case.__name__.removeprefix("case_")
-        torch._dynamo.reset()
-        try:
-            results[name] = case()
-        except Exception as e:  # noqa: BLE001
-            results[name] = {"status": "error", "chain": chain(e),
-                             "message": innermost_message(e)[:2000],
-                             "traceback": traceback.format_exc()[-3000:]}
-        # Keep the ranks in step between cases.
-        dist.barrier()
-        with open(OUT + ".partial", "w") as f:
-            json.dump(results, f)
-    with open(OUT, "w") as f:
-        json.dump(results, f, indent=1)
-    dist.destroy_process_group()
-
+         case_backend_c10d_all_reduce, case_backend_functional_all_reduce_no_grad,
+         case_backend_c10d_all_reduce_no_grad, case_backend_python_reducer_compiled_autograd]
 
 if __name__ == "__main__":
-    main()
+    run_cases(CASES, sys.argv)
