@@ -189,10 +189,14 @@ def stitch(
     output_handles)`` into one module; returns ``(fused_text, report_json)``."""
 
 def rewrite_collectives(
-    text: str, num_devices: int, first_channel: int | None = None
+    text: str,
+    num_devices: int,
+    groups: list[list[int]] | None = None,
+    first_channel: int | None = None,
 ) -> tuple[str, str]:
     """Rewrite the collectives of ``text`` into the global-device-id form for
-    ``num_devices`` devices; returns ``(text, report_json)``. Raises
+    ``num_devices`` devices, all-reduces over ``groups`` (global device ids;
+    default one group of all); returns ``(text, report_json)``. Raises
     :class:`CollectiveRewriteError` for one it cannot rewrite."""
 
 def fast_init(

@@ -54,11 +54,15 @@ pub const COLLECTIVE_OPS: [&str; 6] = [
 ];
 
 /// Where the program runs: the devices the rewritten collectives span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CollectiveTarget {
-    /// Number of global devices (all processes together); the rewritten
-    /// all-reduces take one replica group `[0, .., n-1]`.
+    /// Number of global devices (all processes together).
     pub num_devices: u32,
+    /// The replica groups the rewritten all-reduces take, in global device
+    /// ids (positions in the SPMD program's device assignment, e.g. a JAX
+    /// mesh's flattened devices); they must partition `0..num_devices` into
+    /// groups of one size. `None`: one group of every device.
+    pub groups: Option<Vec<Vec<i64>>>,
     /// The first channel id to hand out; `None`: one above the largest
     /// channel id already in the module.
     pub first_channel: Option<i64>,
@@ -83,9 +87,7 @@ pub fn rewrite_collectives(
     m: &mut Module,
     target: &CollectiveTarget,
 ) -> Result<CollectivesReport, Error> {
-    if target.num_devices == 0 {
-        return Err(Error::Collective("the target has no devices".into()));
-    }
+    let groups = target_groups(target)?;
     let mut found = Vec::new();
     let tops: Vec<OpId> = m.top_ops().collect();
     for top in tops {
@@ -104,7 +106,7 @@ pub fn rewrite_collectives(
         match classify(m, op, target)? {
             Form::Global => report.kept += 1,
             Form::TorchXla { token } => {
-                apply(m, op, token, target.num_devices, next_channel);
+                apply(m, op, token, &groups, next_channel);
                 report.rewritten += 1;
                 report.tokens_dropped += usize::from(token);
                 report.channels.push(next_channel);
@@ -125,9 +127,7 @@ pub fn rewrite_collectives_text(
         .iter()
         .any(|op| text.contains(&op["stablehlo.".len()..]))
     {
-        if target.num_devices == 0 {
-            return Err(Error::Collective("the target has no devices".into()));
-        }
+        target_groups(target)?;
         return Ok((text.to_owned(), CollectivesReport::default()));
     }
     let mut m = crate::parse_module(text)?;
@@ -136,6 +136,35 @@ pub fn rewrite_collectives_text(
         crate::print_module(&m, &crate::PrintOptions::default()),
         report,
     ))
+}
+
+/// The target's groups, checked: a partition of the devices into groups of
+/// one size.
+fn target_groups(target: &CollectiveTarget) -> Result<Vec<Vec<i64>>, Error> {
+    let n = target.num_devices;
+    if n == 0 {
+        return Err(Error::Collective("the target has no devices".into()));
+    }
+    let groups = match &target.groups {
+        Some(g) => g.clone(),
+        None => return Ok(vec![(0..i64::from(n)).collect()]),
+    };
+    let mut seen = vec![false; n as usize];
+    let size = groups.first().map_or(0, Vec::len);
+    let mut ok = size > 0 && groups.iter().all(|g| g.len() == size);
+    for &d in groups.iter().flatten() {
+        match usize::try_from(d).ok().filter(|&d| d < seen.len()) {
+            Some(d) if !seen[d] => seen[d] = true,
+            _ => ok = false,
+        }
+    }
+    if ok && seen.iter().all(|&s| s) {
+        Ok(groups)
+    } else {
+        Err(Error::Collective(format!(
+            "replica groups {groups:?} do not split the {n} devices into groups of one size"
+        )))
+    }
 }
 
 /// How a collective is written.
@@ -287,7 +316,7 @@ fn max_channel(m: &Module, ops: &[OpId]) -> i64 {
         .unwrap_or(0)
 }
 
-fn apply(m: &mut Module, op: OpId, token: bool, num_devices: u32, channel: i64) {
+fn apply(m: &mut Module, op: OpId, token: bool, groups: &[Vec<i64>], channel: i64) {
     if token {
         let tok_in = *m.op(op).operands.last().expect("token operand");
         let tok_out = *m.op(op).results.last().expect("token result");
@@ -304,13 +333,19 @@ fn apply(m: &mut Module, op: OpId, token: bool, num_devices: u32, channel: i64) 
     }
     let i64_ty = m.int_type(64);
     let groups_ty = m.intern_type(Type::Tensor {
-        dims: SmallVec::from_slice(&[1, i64::from(num_devices)]),
+        dims: SmallVec::from_slice(&[groups.len() as i64, groups[0].len() as i64]),
         elem: i64_ty,
         encoding: None,
     });
-    let ids: Vec<String> = (0..num_devices).map(|d| d.to_string()).collect();
+    let rows: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            let ids: Vec<String> = g.iter().map(|d| d.to_string()).collect();
+            format!("[{}]", ids.join(", "))
+        })
+        .collect();
     let groups = m.add_attr(Attribute::Dense {
-        body: format!("[[{}]]", ids.join(", ")).into(),
+        body: format!("[{}]", rows.join(", ")).into(),
         ty: groups_ty,
     });
     let handle = m.add_attr(Attribute::Opaque(

@@ -8,7 +8,7 @@ use crate::{parse_module, print_module, PrintOptions};
 fn target(n: u32) -> CollectiveTarget {
     CollectiveTarget {
         num_devices: n,
-        first_channel: None,
+        ..Default::default()
     }
 }
 
@@ -106,6 +106,7 @@ fn torch_xla_all_reduce_becomes_global_form() {
 fn chained_tokens_pass_through() {
     let t = CollectiveTarget {
         num_devices: 2,
+        groups: None,
         first_channel: Some(100),
     };
     let (out, r) = rewrite(TORCH_XLA_CHAIN, &t);
@@ -199,4 +200,37 @@ fn reduce_scatter_over_all_devices_is_kept() {
         .replace("return %8 : tensor<4x3xf32>", "return %8 : tensor<2x3xf32>");
     let (_, r) = rewrite(&text, &target(2));
     assert_eq!(r.kept, 1);
+}
+
+#[test]
+fn explicit_groups_for_one_mesh_axis() {
+    // Mesh (dp=2, tp=2): the tensor-parallel axis groups [[0, 1], [2, 3]].
+    let t = CollectiveTarget {
+        num_devices: 4,
+        groups: Some(vec![vec![0, 1], vec![2, 3]]),
+        first_channel: Some(5),
+    };
+    let (out, r) = rewrite(TORCH_XLA_SUM, &t);
+    assert_eq!((r.rewritten, r.channels.clone()), (1, vec![5]));
+    assert!(
+        out.contains("replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>"),
+        "{out}"
+    );
+    for bad in [
+        vec![vec![0, 1], vec![2]],
+        vec![vec![0, 1], vec![1, 2]],
+        vec![vec![0, 1]],
+        vec![vec![0, 1], vec![2, 4]],
+        vec![],
+    ] {
+        let t = CollectiveTarget {
+            num_devices: 4,
+            groups: Some(bad.clone()),
+            first_channel: None,
+        };
+        match rewrite_collectives_text(TORCH_XLA_SUM, &t) {
+            Err(Error::Collective(msg)) => assert!(msg.contains("do not split"), "{msg}"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
 }
