@@ -1,0 +1,28 @@
+//! Run an exported hlobridge artifact from Rust, with no Python.
+//!
+//! An artifact (written by `hlobridge.export`, docs/deploy.md) is a
+//! directory with the stitched StableHLO module(s), `weights.safetensors`
+//! and `manifest.json`. [`Model::load`] verifies the manifest's format and
+//! hlobridge version and the content hash over every file, compiles each
+//! module variant through the PJRT plugin ([`pjrt_client`]) and binds the
+//! weights on the device once; [`Model::run`] executes named host tensors.
+//!
+//! ```no_run
+//! use hlobridge_deploy::{Model, TensorRef};
+//! use pjrt_client::ElementType;
+//! let model = Model::load("artifact")?;
+//! let x = vec![0u8; 8 * 16 * 4];
+//! let outs = model.run(&[("x", TensorRef { dtype: ElementType::F32, shape: &[8, 16], data: &x })])?;
+//! # Ok::<(), hlobridge_deploy::DeployError>(())
+//! ```
+
+pub mod batching;
+pub mod error;
+pub mod manifest;
+pub mod model;
+pub mod safetensors;
+pub mod writer;
+
+pub use error::{DeployError, Result};
+pub use manifest::{Manifest, Output, Param};
+pub use model::{LoadOptions, Model, Prepared, Tensor, TensorRef};

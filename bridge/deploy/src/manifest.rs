@@ -1,0 +1,189 @@
+//! The artifact's `manifest.json` and its content hash.
+//!
+//! The hash is SHA-256 over, in order, the manifest text with its own
+//! `content_hash` value replaced by `sha256:` and 64 zeros, every module file
+//! in manifest order, and the weights file; each section is framed as
+//! `file name, 0x00, length as u64 little-endian, bytes`. Python's
+//! `hlobridge.export` writes it the same way (both hash bytes, so no JSON
+//! canonicalization is involved).
+
+use crate::error::{DeployError, Result};
+use pjrt_client::ElementType;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The format string this runtime reads.
+pub const FORMAT: &str = "hlobridge-artifact/1";
+
+/// The placeholder the hash is computed with.
+pub const ZERO_HASH: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One program parameter: a request input or a weight.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Param {
+    /// The input's name (a request key) or the weight's safetensors key.
+    pub name: String,
+    /// MLIR element type name (`f32`, `bf16`, `i64`, `ui8`, `i1`...).
+    pub dtype: String,
+    /// Dims, for the first module (`modules[0]`).
+    pub shape: Vec<i64>,
+    /// Bound from the weights file at load; not part of a request.
+    pub weight: bool,
+}
+
+/// One program result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Output {
+    /// Response key.
+    pub name: String,
+    /// MLIR element type name.
+    pub dtype: String,
+    /// Dims, for the first module.
+    pub shape: Vec<i64>,
+}
+
+/// One compiled variant of the program.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ModuleFile {
+    /// File name inside the artifact directory.
+    pub file: String,
+    /// The batch size this module was exported for (along `batch_dim`).
+    #[serde(default)]
+    pub batch: Option<i64>,
+}
+
+/// The parsed manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    /// Must be [`FORMAT`].
+    pub format: String,
+    /// hlobridge version that wrote the artifact.
+    pub hlobridge_version: String,
+    /// Producer versions (`torch`, `torch_xla`, `jax`, `jaxlib`).
+    #[serde(default)]
+    pub producers: std::collections::BTreeMap<String, String>,
+    /// What was exported (`torch.compile`, `jax`, `plan`).
+    #[serde(default)]
+    pub kind: String,
+    /// Program parameters in order.
+    pub params: Vec<Param>,
+    /// Program results in order.
+    pub outputs: Vec<Output>,
+    /// The batch dimension of every request input and output, if any.
+    #[serde(default)]
+    pub batch_dim: Option<usize>,
+    /// The module variants; the first one's shapes are those in `params`.
+    pub modules: Vec<ModuleFile>,
+    /// The safetensors file holding the weights.
+    pub weights_file: String,
+    /// `sha256:<hex>` (see the module docs).
+    pub content_hash: String,
+}
+
+impl Manifest {
+    /// Parses and checks the manifest's internal consistency.
+    pub fn parse(text: &str) -> Result<Manifest> {
+        let m: Manifest =
+            serde_json::from_str(text).map_err(|e| DeployError::Manifest(e.to_string()))?;
+        if m.format != FORMAT {
+            return Err(DeployError::Version(format!(
+                "artifact format {:?}, this runtime reads {FORMAT:?}",
+                m.format
+            )));
+        }
+        let ours = env!("CARGO_PKG_VERSION");
+        if major_minor(&m.hlobridge_version) != major_minor(ours) {
+            return Err(DeployError::Version(format!(
+                "artifact written by hlobridge {}, this runtime is {ours}",
+                m.hlobridge_version
+            )));
+        }
+        if m.modules.is_empty() {
+            return Err(DeployError::Manifest("no modules".into()));
+        }
+        for f in m.modules.iter().map(|f| &f.file).chain([&m.weights_file]) {
+            if f.is_empty() || f.contains('/') || f.contains('\\') || f.starts_with('.') {
+                return Err(DeployError::Manifest(format!(
+                    "file name {f:?} is not a plain name inside the artifact"
+                )));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for p in &m.params {
+            element_type(&p.dtype)?;
+            if !names.insert(p.name.as_str()) {
+                return Err(DeployError::Manifest(format!(
+                    "parameter {:?} twice",
+                    p.name
+                )));
+            }
+            if let Some(bd) = m.batch_dim {
+                if !p.weight && bd >= p.shape.len() {
+                    return Err(DeployError::Manifest(format!(
+                        "input {:?} has no batch dim {bd}",
+                        p.name
+                    )));
+                }
+            }
+        }
+        for o in &m.outputs {
+            element_type(&o.dtype)?;
+            if let Some(bd) = m.batch_dim {
+                if bd >= o.shape.len() {
+                    return Err(DeployError::Manifest(format!(
+                        "output {:?} has no batch dim {bd}",
+                        o.name
+                    )));
+                }
+            }
+        }
+        if m.batch_dim.is_some() && m.modules.iter().any(|f| f.batch.is_none_or(|b| b < 1)) {
+            return Err(DeployError::Manifest(
+                "batch_dim is set but a module has no batch size".into(),
+            ));
+        }
+        Ok(m)
+    }
+}
+
+fn major_minor(v: &str) -> (&str, &str) {
+    let mut it = v.split('.');
+    (it.next().unwrap_or(""), it.next().unwrap_or(""))
+}
+
+/// The element type of a manifest dtype name.
+pub fn element_type(name: &str) -> Result<ElementType> {
+    ElementType::from_mlir_name(name)
+        .ok_or_else(|| DeployError::Manifest(format!("unknown dtype {name:?}")))
+}
+
+/// The content hash of an artifact: `manifest_text` (with its own hash
+/// value, whatever it is, replaced by [`ZERO_HASH`]) and the `(name, bytes)`
+/// files in order.
+pub fn content_hash(manifest_text: &str, claimed: &str, files: &[(&str, &[u8])]) -> Result<String> {
+    let quoted = format!("\"{claimed}\"");
+    if manifest_text.matches(&quoted).count() != 1 {
+        return Err(DeployError::Manifest(
+            "content_hash value must occur exactly once in the text".into(),
+        ));
+    }
+    let zeroed = manifest_text.replacen(&quoted, &format!("\"{ZERO_HASH}\""), 1);
+    let mut h = Sha256::new();
+    let mut section = |name: &str, bytes: &[u8]| {
+        h.update(name.as_bytes());
+        h.update([0u8]);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    section("manifest.json", zeroed.as_bytes());
+    for (name, bytes) in files {
+        section(name, bytes);
+    }
+    let digest = h.finalize();
+    let mut s = String::from("sha256:");
+    for b in digest {
+        s.push_str(&format!("{b:02x}"));
+    }
+    Ok(s)
+}

@@ -1,0 +1,458 @@
+//! [`Model`]: a loaded artifact. Loading verifies the manifest and the
+//! content hash, compiles every module variant once through the PJRT
+//! plugin, and binds the weights on the device once; [`Model::run`] checks
+//! named inputs against the manifest, pads the batch to the smallest
+//! compiled bucket, executes and slices the results back.
+
+use crate::batching::{concat_pad, slice_rows};
+use crate::error::{DeployError, Result};
+use crate::manifest::{content_hash, element_type, Manifest};
+use crate::safetensors;
+use pjrt_client::{
+    Buffer, Client, ClientOptions, CompileOptions, ElementType, LoadedExecutable, Plugin, Program,
+};
+use std::path::{Path, PathBuf};
+
+/// A dense host tensor (row-major, little-endian bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tensor {
+    /// Element type.
+    pub dtype: ElementType,
+    /// Dims.
+    pub shape: Vec<i64>,
+    /// `dtype.host_size_of(shape)` bytes.
+    pub data: Vec<u8>,
+}
+
+/// A borrowed dense host tensor.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRef<'a> {
+    /// Element type.
+    pub dtype: ElementType,
+    /// Dims.
+    pub shape: &'a [i64],
+    /// Bytes.
+    pub data: &'a [u8],
+}
+
+impl Tensor {
+    /// This tensor, borrowed.
+    pub fn as_ref(&self) -> TensorRef<'_> {
+        TensorRef {
+            dtype: self.dtype,
+            shape: &self.shape,
+            data: &self.data,
+        }
+    }
+}
+
+/// How to load.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// The PJRT plugin; default: discovery (`PJRT_PLUGIN_PATH`, the venv's
+    /// `xla-cpu-pjrt`...).
+    pub plugin: Option<PathBuf>,
+}
+
+struct Variant {
+    batch: Option<i64>,
+    exe: LoadedExecutable,
+}
+
+/// Request inputs checked against the manifest, in program order.
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    /// One per non-weight parameter, in parameter order.
+    pub inputs: Vec<TensorRef<'a>>,
+    /// The request's batch size along the manifest's batch dim.
+    pub batch: Option<i64>,
+}
+
+/// A loaded, compiled artifact with its weights on the device.
+pub struct Model {
+    manifest: Manifest,
+    manifest_text: String,
+    client: Client,
+    variants: Vec<Variant>,
+    /// Per parameter: the bound weight buffer, or `None` for a request input.
+    weights: Vec<Option<Buffer>>,
+    dtypes: Vec<ElementType>,
+    out_dtypes: Vec<ElementType>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("hash", &self.manifest.content_hash)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| DeployError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Model {
+    /// Loads the artifact in `dir` with the discovered plugin.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Model> {
+        Model::load_with(dir, &LoadOptions::default())
+    }
+
+    /// Loads the artifact in `dir`.
+    pub fn load_with(dir: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
+        let dir = dir.as_ref();
+        let mpath = dir.join("manifest.json");
+        let text = String::from_utf8(read(&mpath)?)
+            .map_err(|_| DeployError::Manifest("not UTF-8".into()))?;
+        let manifest = Manifest::parse(&text)?;
+        let mut modules = Vec::new();
+        for f in &manifest.modules {
+            modules.push(read(&dir.join(&f.file))?);
+        }
+        let weights_file = read(&dir.join(&manifest.weights_file))?;
+        let mut files: Vec<(&str, &[u8])> = manifest
+            .modules
+            .iter()
+            .zip(&modules)
+            .map(|(f, b)| (f.file.as_str(), &b[..]))
+            .collect();
+        files.push((&manifest.weights_file, &weights_file));
+        let actual = content_hash(&text, &manifest.content_hash, &files)?;
+        if actual != manifest.content_hash {
+            return Err(DeployError::HashMismatch {
+                expected: manifest.content_hash.clone(),
+                actual,
+            });
+        }
+        let entries = safetensors::parse(&weights_file)?;
+        let plugin = match &opts.plugin {
+            Some(p) => Plugin::load(p)?,
+            None => Plugin::discover()?,
+        };
+        let client = Client::new(&plugin, &ClientOptions::new())?;
+        let dtypes: Vec<ElementType> = manifest
+            .params
+            .iter()
+            .map(|p| element_type(&p.dtype))
+            .collect::<Result<_>>()?;
+        let out_dtypes: Vec<ElementType> = manifest
+            .outputs
+            .iter()
+            .map(|o| element_type(&o.dtype))
+            .collect::<Result<_>>()?;
+        let mut weights = Vec::with_capacity(manifest.params.len());
+        for (p, &dt) in manifest.params.iter().zip(&dtypes) {
+            if !p.weight {
+                weights.push(None);
+                continue;
+            }
+            let e = entries.get(&p.name).ok_or_else(|| {
+                DeployError::Safetensors(format!(
+                    "weight {:?} is not in {}",
+                    p.name, manifest.weights_file
+                ))
+            })?;
+            if e.dtype != dt || e.shape != p.shape {
+                return Err(DeployError::Safetensors(format!(
+                    "weight {:?}: the file has {:?}{:?}, the manifest says {}{:?}",
+                    p.name, e.dtype, e.shape, p.dtype, p.shape
+                )));
+            }
+            let bytes = &weights_file[e.range.clone()];
+            weights.push(Some(
+                client.buffer_from_host_bytes(bytes, dt, &p.shape, None)?,
+            ));
+        }
+        let mut variants = Vec::new();
+        for (f, text) in manifest.modules.iter().zip(&modules) {
+            let text = std::str::from_utf8(text)
+                .map_err(|_| DeployError::Manifest(format!("{} is not UTF-8 text", f.file)))?;
+            let exe = client.compile(&Program::mlir_text(text), &CompileOptions::default())?;
+            if exe.num_outputs() != manifest.outputs.len() {
+                return Err(DeployError::Manifest(format!(
+                    "{} has {} results, the manifest lists {}",
+                    f.file,
+                    exe.num_outputs(),
+                    manifest.outputs.len()
+                )));
+            }
+            variants.push(Variant {
+                batch: f.batch,
+                exe,
+            });
+        }
+        variants.sort_by_key(|v| v.batch);
+        tracing::debug!(hash = %manifest.content_hash, variants = variants.len(), "artifact loaded");
+        Ok(Model {
+            manifest,
+            manifest_text: text,
+            client,
+            variants,
+            weights,
+            dtypes,
+            out_dtypes,
+        })
+    }
+
+    /// The parsed manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// `manifest.json` as written.
+    pub fn manifest_text(&self) -> &str {
+        &self.manifest_text
+    }
+
+    /// The PJRT client the model runs on.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The request inputs' names, in program order.
+    pub fn input_names(&self) -> impl Iterator<Item = &str> {
+        self.manifest
+            .params
+            .iter()
+            .filter(|p| !p.weight)
+            .map(|p| p.name.as_str())
+    }
+
+    /// Compiled batch sizes, ascending (empty without a batch dim).
+    pub fn batch_sizes(&self) -> Vec<i64> {
+        self.variants.iter().filter_map(|v| v.batch).collect()
+    }
+
+    /// The largest batch one execution takes (`None` without a batch dim).
+    pub fn max_batch(&self) -> Option<i64> {
+        self.manifest
+            .batch_dim
+            .and(self.variants.last().and_then(|v| v.batch))
+    }
+
+    /// Checks named request inputs against the manifest: every input
+    /// present once, nothing else, dtypes and shapes (any batch size from 1
+    /// to [`Model::max_batch`] along the batch dim), data sizes.
+    pub fn prepare<'a>(&self, inputs: &[(&str, TensorRef<'a>)]) -> Result<Prepared<'a>> {
+        let m = &self.manifest;
+        let expected: Vec<&str> = self.input_names().collect();
+        let mut ordered: Vec<Option<TensorRef<'a>>> = vec![None; m.params.len()];
+        for (name, t) in inputs {
+            let i = m
+                .params
+                .iter()
+                .position(|p| !p.weight && p.name == *name)
+                .ok_or_else(|| {
+                    DeployError::BadInput(format!(
+                        "the request has an input the model does not take; it takes {}",
+                        expected.join(", ")
+                    ))
+                })?;
+            if ordered[i].replace(*t).is_some() {
+                return Err(DeployError::BadInput(format!(
+                    "input {} given twice",
+                    m.params[i].name
+                )));
+            }
+        }
+        let mut batch: Option<i64> = None;
+        let mut out = Vec::with_capacity(expected.len());
+        for (i, p) in m.params.iter().enumerate() {
+            if p.weight {
+                continue;
+            }
+            let t = ordered[i]
+                .ok_or_else(|| DeployError::BadInput(format!("missing input {}", p.name)))?;
+            if t.dtype != self.dtypes[i] {
+                return Err(DeployError::BadInput(format!(
+                    "input {}: dtype must be {}",
+                    p.name, p.dtype
+                )));
+            }
+            let shape_ok = t.shape.len() == p.shape.len()
+                && t.shape
+                    .iter()
+                    .zip(&p.shape)
+                    .enumerate()
+                    .all(|(d, (a, b))| a == b || Some(d) == m.batch_dim);
+            if !shape_ok {
+                return Err(DeployError::BadInput(format!(
+                    "input {}: shape must be {:?}{}",
+                    p.name,
+                    p.shape,
+                    m.batch_dim.map_or(String::new(), |d| format!(
+                        " (any size up to {} along dim {d})",
+                        self.max_batch().unwrap_or(0)
+                    ))
+                )));
+            }
+            if let Some(bd) = m.batch_dim {
+                let b = t.shape[bd];
+                if b < 1 || self.max_batch().is_some_and(|mb| b > mb) {
+                    return Err(DeployError::BadInput(format!(
+                        "input {}: batch size along dim {bd} must be 1..={}",
+                        p.name,
+                        self.max_batch().unwrap_or(0)
+                    )));
+                }
+                if batch.is_some_and(|x| x != b) {
+                    return Err(DeployError::BadInput(
+                        "inputs disagree on the batch size".into(),
+                    ));
+                }
+                batch = Some(b);
+            }
+            if self.dtypes[i].host_size_of(t.shape) != Some(t.data.len()) {
+                return Err(DeployError::BadInput(format!(
+                    "input {}: data size does not match its dtype and shape",
+                    p.name
+                )));
+            }
+            out.push(t);
+        }
+        Ok(Prepared { inputs: out, batch })
+    }
+
+    /// Runs named inputs; returns the named outputs in manifest order.
+    pub fn run(&self, inputs: &[(&str, TensorRef<'_>)]) -> Result<Vec<(String, Tensor)>> {
+        let p = self.prepare(inputs)?;
+        let outs = self.run_batch(&[p])?.pop().unwrap_or_default();
+        Ok(self
+            .manifest
+            .outputs
+            .iter()
+            .map(|o| o.name.clone())
+            .zip(outs)
+            .collect())
+    }
+
+    /// Runs several prepared requests as ONE execution (concatenated along
+    /// the batch dim and padded to the smallest bucket that holds them all;
+    /// without a batch dim, `reqs` must hold one request) and returns each
+    /// request's outputs.
+    pub fn run_batch(&self, reqs: &[Prepared<'_>]) -> Result<Vec<Vec<Tensor>>> {
+        let m = &self.manifest;
+        let Some(bd) = m.batch_dim else {
+            if reqs.len() != 1 {
+                return Err(DeployError::BadInput(
+                    "a model without a batch dim runs one request at a time".into(),
+                ));
+            }
+            let outs = self.execute(
+                &self.variants[0],
+                &reqs[0]
+                    .inputs
+                    .iter()
+                    .map(|t| (t.data, t.shape.to_vec()))
+                    .collect::<Vec<_>>(),
+            )?;
+            return Ok(vec![outs]);
+        };
+        let total: i64 = reqs.iter().map(|r| r.batch.unwrap_or(0)).sum();
+        let v = self
+            .variants
+            .iter()
+            .find(|v| v.batch.is_some_and(|b| b >= total))
+            .ok_or_else(|| {
+                DeployError::BadInput(format!("batch of {total} exceeds the largest bucket"))
+            })?;
+        let bucket = v.batch.unwrap_or(total);
+        let in_params: Vec<usize> = (0..m.params.len())
+            .filter(|&i| !m.params[i].weight)
+            .collect();
+        let mut args: Vec<(Vec<u8>, Vec<i64>)> = Vec::with_capacity(in_params.len());
+        for (k, &pi) in in_params.iter().enumerate() {
+            let mut shape = m.params[pi].shape.clone();
+            let parts: Vec<(&[u8], i64)> = reqs
+                .iter()
+                .map(|r| (r.inputs[k].data, r.batch.unwrap_or(0)))
+                .collect();
+            let esize = self.dtypes[pi].host_byte_size();
+            let data = if reqs.len() == 1 && total == bucket {
+                reqs[0].inputs[k].data.to_vec()
+            } else {
+                concat_pad(&parts, &shape, bd, esize, bucket)
+            };
+            shape[bd] = bucket;
+            args.push((data, shape));
+        }
+        let outs = self.execute(
+            v,
+            &args
+                .iter()
+                .map(|(d, s)| (&d[..], s.clone()))
+                .collect::<Vec<_>>(),
+        )?;
+        let mut per_req = Vec::with_capacity(reqs.len());
+        let mut start = 0i64;
+        for r in reqs {
+            let b = r.batch.unwrap_or(0);
+            let mut mine = Vec::with_capacity(outs.len());
+            for o in &outs {
+                let mut shape = o.shape.clone();
+                let data = if reqs.len() == 1 && b == bucket {
+                    o.data.clone()
+                } else {
+                    slice_rows(&o.data, &o.shape, bd, o.dtype.host_byte_size(), start, b)
+                };
+                shape[bd] = b;
+                mine.push(Tensor {
+                    dtype: o.dtype,
+                    shape,
+                    data,
+                });
+            }
+            per_req.push(mine);
+            start += b;
+        }
+        Ok(per_req)
+    }
+
+    fn execute(&self, v: &Variant, inputs: &[(&[u8], Vec<i64>)]) -> Result<Vec<Tensor>> {
+        let m = &self.manifest;
+        let mut owned: Vec<Buffer> = Vec::with_capacity(inputs.len());
+        let mut it = inputs.iter();
+        for (i, p) in m.params.iter().enumerate() {
+            if p.weight {
+                continue;
+            }
+            let (data, shape) = it
+                .next()
+                .ok_or_else(|| DeployError::BadInput("too few inputs".into()))?;
+            owned.push(
+                self.client
+                    .buffer_from_host_bytes(data, self.dtypes[i], shape, None)?,
+            );
+        }
+        let mut own = owned.iter();
+        let mut args: Vec<&Buffer> = Vec::with_capacity(m.params.len());
+        for w in &self.weights {
+            match w {
+                Some(b) => args.push(b),
+                None => args.push(
+                    own.next()
+                        .ok_or_else(|| DeployError::BadInput("too few inputs".into()))?,
+                ),
+            }
+        }
+        let outs = v.exe.execute(&args)?;
+        let mut res = Vec::with_capacity(outs.len());
+        for (b, &dt) in outs.iter().zip(&self.out_dtypes) {
+            let got = b.element_type()?;
+            if got != dt {
+                return Err(DeployError::Manifest(format!(
+                    "program returned {got:?}, the manifest says {dt:?}"
+                )));
+            }
+            res.push(Tensor {
+                dtype: got,
+                shape: b.dims()?.to_vec(),
+                data: b.to_host_bytes()?,
+            });
+        }
+        Ok(res)
+    }
+}

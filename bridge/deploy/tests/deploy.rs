@@ -1,0 +1,273 @@
+//! The runtime crate end to end on the CPU plugin: load a tiny artifact,
+//! run it (exact and padded batches), refuse tampered files, wrong versions
+//! and bad inputs with named errors, and survive malformed safetensors.
+
+use hlobridge_deploy::writer::demo_artifact;
+use hlobridge_deploy::{safetensors, DeployError, Model, TensorRef};
+use pjrt_client::ElementType;
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hb-deploy-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// A small deterministic generator (no `rand` dependency).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn f32s(&mut self, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn check(model: &Model, x: &[f32], b: i64) {
+    let xb = bytes(x);
+    let outs = model
+        .run(&[(
+            "x",
+            TensorRef {
+                dtype: ElementType::F32,
+                shape: &[b, 3],
+                data: &xb,
+            },
+        )])
+        .unwrap();
+    assert_eq!(outs[0].0, "y");
+    assert_eq!(outs[0].1.shape, vec![b, 3]);
+    assert_eq!(outs[1].1.shape, vec![b]);
+    let y = floats(&outs[0].1.data);
+    let s = floats(&outs[1].1.data);
+    let w = [1.0f32, 2.0, 3.0];
+    for r in 0..b as usize {
+        let mut sum = 0.0f32;
+        for c in 0..3 {
+            let want = x[r * 3 + c] * w[c];
+            assert!((y[r * 3 + c] - want).abs() <= 1e-6, "y[{r},{c}]");
+            sum += want;
+        }
+        assert!((s[r] - sum).abs() <= 1e-5, "s[{r}]");
+    }
+}
+
+#[test]
+fn runs_exact_and_padded_batches() {
+    let dir = tmp("run");
+    demo_artifact(&dir, &[1, 4]).unwrap();
+    let model = Model::load(&dir).unwrap();
+    assert_eq!(model.batch_sizes(), vec![1, 4]);
+    let mut g = Lcg(7);
+    for b in [1i64, 2, 3, 4] {
+        check(&model, &g.f32s(b as usize * 3), b);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn runs_without_batch_dim() {
+    let dir = tmp("nobatch");
+    demo_artifact(&dir, &[]).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let mut g = Lcg(3);
+    check(&model, &g.f32s(6), 2);
+    let x = bytes(&g.f32s(3));
+    let e = model.run(&[(
+        "x",
+        TensorRef {
+            dtype: ElementType::F32,
+            shape: &[1, 3],
+            data: &x,
+        },
+    )]);
+    assert!(matches!(e, Err(DeployError::BadInput(_))), "{e:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_inputs_are_named_errors() {
+    let dir = tmp("bad");
+    demo_artifact(&dir, &[2]).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let x = bytes(&[0.5; 6]);
+    let good = TensorRef {
+        dtype: ElementType::F32,
+        shape: &[2, 3],
+        data: &x,
+    };
+    let cases: Vec<Vec<(&str, TensorRef)>> = vec![
+        vec![],
+        vec![("x", good), ("secret-value", good)],
+        vec![(
+            "x",
+            TensorRef {
+                dtype: ElementType::F64,
+                ..good
+            },
+        )],
+        vec![(
+            "x",
+            TensorRef {
+                shape: &[2, 4],
+                ..good
+            },
+        )],
+        vec![(
+            "x",
+            TensorRef {
+                shape: &[3, 3],
+                ..good
+            },
+        )],
+        vec![(
+            "x",
+            TensorRef {
+                data: &x[..20],
+                ..good
+            },
+        )],
+        vec![("x", good), ("x", good)],
+    ];
+    for c in cases {
+        match model.run(&c) {
+            Err(DeployError::BadInput(msg)) => assert!(!msg.contains("secret-value"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(model.run(&[("x", good)]).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tampered_or_foreign_artifacts_are_refused() {
+    let dir = tmp("tamper");
+    demo_artifact(&dir, &[2]).unwrap();
+    let wpath = dir.join("weights.safetensors");
+    let mut w = std::fs::read(&wpath).unwrap();
+    let n = w.len();
+    w[n - 1] ^= 1;
+    std::fs::write(&wpath, &w).unwrap();
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::HashMismatch { .. })
+    ));
+
+    demo_artifact(&dir, &[2]).unwrap();
+    let mpath = dir.join("module.b2.mlir");
+    let t = std::fs::read_to_string(&mpath).unwrap();
+    std::fs::write(&mpath, t.replace("multiply", "add")).unwrap();
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::HashMismatch { .. })
+    ));
+
+    demo_artifact(&dir, &[2]).unwrap();
+    let man = dir.join("manifest.json");
+    let t = std::fs::read_to_string(&man).unwrap();
+    std::fs::write(&man, t.replace(env!("CARGO_PKG_VERSION"), "99.0.0")).unwrap();
+    assert!(matches!(Model::load(&dir), Err(DeployError::Version(_))));
+    std::fs::write(
+        &man,
+        t.replace("hlobridge-artifact/1", "hlobridge-artifact/9"),
+    )
+    .unwrap();
+    assert!(matches!(Model::load(&dir), Err(DeployError::Version(_))));
+    std::fs::write(&man, t.replace("\"weights.safetensors\"", "\"../x\"")).unwrap();
+    assert!(matches!(Model::load(&dir), Err(DeployError::Manifest(_))));
+    std::fs::write(&man, "{not json").unwrap();
+    assert!(matches!(Model::load(&dir), Err(DeployError::Manifest(_))));
+    std::fs::remove_file(&man).unwrap();
+    assert!(matches!(Model::load(&dir), Err(DeployError::Io { .. })));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn safetensors_round_trip() {
+    let a = bytes(&[1.0, 2.0]);
+    let b = [1u8, 0, 1];
+    let f = safetensors::write(&[
+        ("a", ElementType::F32, &[2], &a),
+        ("b", ElementType::Pred, &[3], &b),
+    ])
+    .unwrap();
+    let p = safetensors::parse(&f).unwrap();
+    assert_eq!(&f[p["a"].range.clone()], &a[..]);
+    assert_eq!(&f[p["b"].range.clone()], &b[..]);
+    assert_eq!(p["b"].shape, vec![3]);
+}
+
+#[test]
+fn malformed_safetensors_never_panic() {
+    let a = bytes(&[1.0, 2.0, 3.0, 4.0]);
+    let good = safetensors::write(&[
+        ("a", ElementType::F32, &[2, 2], &a),
+        ("b", ElementType::S64, &[1], &[7u8; 8]),
+    ])
+    .unwrap();
+    let hdr = |h: &str, data: usize| {
+        let mut v = (h.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(h.as_bytes());
+        v.extend(std::iter::repeat(0u8).take(data));
+        v
+    };
+    let fixed: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1, 2, 3],
+        u64::MAX.to_le_bytes().to_vec(),
+        200u64.to_le_bytes().to_vec(),
+        hdr("[]", 0),
+        hdr("{\"a\": 3}", 0),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 99]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"X9\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [4611686018427387904, 4], \"data_offsets\": [0, 4]}}", 4),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 8),
+        hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 5),
+        hdr("{\"__metadata__\": 1}", 0),
+    ];
+    for f in &fixed {
+        assert!(
+            matches!(safetensors::parse(f), Err(DeployError::Safetensors(_))),
+            "{f:?}"
+        );
+    }
+    let mut g = Lcg(11);
+    for i in 0..20_000 {
+        let mut f = good.clone();
+        match i % 3 {
+            0 => f.truncate((g.next() as usize) % f.len()),
+            1 => {
+                for _ in 0..1 + g.next() % 4 {
+                    let k = (g.next() as usize) % f.len();
+                    f[k] = g.next() as u8;
+                }
+            }
+            _ => {
+                let k = (g.next() as usize) % f.len();
+                f.insert(k, g.next() as u8);
+            }
+        }
+        // Must return (Ok or a named error), never panic.
+        let _ = safetensors::parse(&f);
+    }
+}
