@@ -118,31 +118,34 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
 
 def zoo_plot(rows: list[dict[str, Any]], out: Path) -> Path:
     """Model zoo: hlobridge / eager and inductor / eager per model, one
-    panel per path (log scale, 1 = eager; bars: median of paired rounds,
-    whiskers p10-p90)."""
+    panel per path, models on a shared axis (log scale, 1 = eager; bars:
+    median of paired rounds, whiskers p10-p90; rows that failed are absent)."""
     rows = [r for r in rows if "error" not in r]
-    paths = list(dict.fromkeys(r["path"] for r in rows))
-    n = max((sum(r["path"] == p for r in rows) for p in paths), default=1)
-    fig, axes = plt.subplots(1, max(1, len(paths)), figsize=(3.6 * max(1, len(paths)), 0.8 + 0.3 * n),
-                             squeeze=False, sharey=False)
+    paths = list(dict.fromkeys(r["path"] for r in rows)) or ["infer"]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(paths), figsize=(2.2 + 2.6 * len(paths), 1.3 + 0.22 * len(models)),
+                             squeeze=False, sharey=True)
+    ys = np.arange(len(models))
     for ax, path in zip(axes[0], paths):
-        sel = [r for r in rows if r["path"] == path]
-        ys = np.arange(len(sel))
+        by_model = {r["model"]: r for r in rows if r["path"] == path}
         for off, key, label in ((-0.2, "hlobridge/eager", "hlobridge"),
                                 (0.2, "inductor/eager", "inductor")):
-            rs = [r["ratios"].get(key) for r in sel]
+            rs = [by_model[m]["ratios"].get(key) if m in by_model else None for m in models]
             med = [x["median"] if x else np.nan for x in rs]
             err = [[x["median"] - x["p10"] if x else 0 for x in rs],
                    [x["p90"] - x["median"] if x else 0 for x in rs]]
-            ax.barh(ys + off, med, 0.4, xerr=err, label=label, capsize=1.5)
+            ax.barh(ys + off, med, 0.4, xerr=err, label=label, capsize=1.5,
+                    error_kw={"lw": 0.6})
         ax.axvline(1.0, color="k", lw=0.8)
-        ax.set_yticks(ys)
-        ax.set_yticklabels([r["model"] for r in sel], fontsize=7)
-        ax.invert_yaxis()
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel("time / eager (lower is better)", fontsize=8)
+        ax.set_xlabel("time / eager (lower is better)", fontsize=7)
+        ax.tick_params(labelsize=7)
         ax.set_title({"infer": "torch.compile inference", "step_sgd": "compile_train_step + SGD",
-                      "train": "torch.compile training"}.get(path, path), fontsize=9)
-        ax.legend(fontsize=6)
+                      "train": "torch.compile training"}.get(path, path), fontsize=8)
+    ax0 = axes[0][0]
+    ax0.set_yticks(ys)
+    ax0.set_yticklabels(models, fontsize=7)
+    ax0.set_ylim(len(models) - 0.5, -0.5)
+    axes[0][-1].legend(fontsize=6, loc="best")
     return _save(fig, out)

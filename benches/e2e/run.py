@@ -302,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                          "OpenMP pool and XLA's pool fight over the cores at each hop; the small "
                          "step is also run with torch's default and recorded as step_contention)")
     ap.add_argument("--models", default="",
-                    help="zoo: comma list of model-zoo names (default: every model)")
-    ap.add_argument("--zoo-paths", default="infer,step_sgd,train",
+                    help="zoo: comma list of model-zoo names (default: every model; "
+                         "--quick: hf-gpt2,timm-mixer)")
+    ap.add_argument("--zoo-paths", default="infer,step_sgd",
                     help=f"zoo: comma list of {','.join(zoo.PATHS)}")
     ap.add_argument("--zoo-torch-threads", type=int, default=None,
                     help="zoo: torch intra-op threads (default: torch's default, all cores, as "

@@ -87,9 +87,12 @@ class ZooPlan:
     """Repetitions for a full or a ``--quick`` run: ``reps`` rounds of one
     batch per variant; the batch is sized so that the slowest variant's
     batch takes about ``batch_s`` seconds (at most ``max_batch`` calls);
-    ``probe`` calls per hlobridge variant for the breakdown."""
+    ``probe`` calls per hlobridge variant for the breakdown; ``models``: the
+    default model set (``None``: the whole zoo; the quick plan takes two
+    cheap ones, a Hugging Face decoder and a timm MLP-Mixer)."""
 
     def __init__(self, quick: bool) -> None:
+        self.models: list[str] | None = ["hf-gpt2", "timm-mixer"] if quick else None
         self.reps = 5 if quick else 15
         self.batch_s = 0.02 if quick else 0.1
         self.max_batch = 10 if quick else 50
@@ -210,16 +213,23 @@ def _programs(graphs: list[Any]) -> dict[str, Any]:
             "fusions": dict(fusions), "fused_transpose_copy": fused["transpose"] + fused["copy"]}
 
 
-def _breakdown(fn: Callable[[], Any], calls: int, graphs: list[Any], median_s: float,
-               eager_s: float) -> dict[str, Any]:
+def _breakdown(fn: Callable[[], Any], calls: int, graphs: list[Any], eager_s: float
+               ) -> dict[str, Any]:
+    """``calls`` metered calls of ``fn``: per call, the wall time
+    (``probe_ms``; it includes the meter's own few µs per program run),
+    the seconds inside PJRT and the rest (``host_ms``), all from the same
+    calls; plus the programs' op summary (:func:`_programs`)."""
     for _ in range(2):
         fn()
     with _pjrt_meter() as acc:
+        t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        wall = (time.perf_counter() - t0) / calls
     pjrt = acc[0] / calls
-    out: dict[str, Any] = {"pjrt_ms": pjrt * 1e3, "host_ms": max(0.0, median_s - pjrt) * 1e3,
-                           "pjrt_share": min(1.0, pjrt / median_s),
+    out: dict[str, Any] = {"probe_ms": wall * 1e3, "pjrt_ms": pjrt * 1e3,
+                           "host_ms": max(0.0, wall - pjrt) * 1e3,
+                           "pjrt_share": min(1.0, pjrt / wall),
                            "executions_per_call": acc[1] / calls,
                            "pjrt_vs_eager": pjrt / eager_s}
     out.update(_programs(graphs))
@@ -301,7 +311,6 @@ def _infer(spec: ZooModel, plan: ZooPlan) -> dict[str, Any]:
         row = _row(spec, "infer", stats, rounds, {HB: HB, EAGER: EAGER, INDUCTOR: INDUCTOR})
         if HB in fns:
             row["breakdown"] = _breakdown(fns[HB], plan.probe, graphs,
-                                          stats[HB]["median_us"] / 1e6,
                                           stats[EAGER]["median_us"] / 1e6)
     row.update(compile_s=compile_s, max_abs_diff=diffs, errors=errors, batch=batch)
     return row
@@ -381,7 +390,6 @@ def _train(spec: ZooModel, plan: ZooPlan, paths: list[str]) -> list[dict[str, An
                 row["errors"][role] = errors[v]
         if hb_name in fns:
             row["breakdown"] = _breakdown(fns[hb_name], plan.probe, graphs[hb_name],
-                                          stats[hb_name]["median_us"] / 1e6,
                                           stats[EAGER]["median_us"] / 1e6)
         rows.append(row)
     return rows
@@ -393,6 +401,7 @@ def run(plan: ZooPlan, models: list[str] | None, paths: list[str],
     bad = [p for p in paths if p not in PATHS]
     if bad:
         raise ValueError(f"unknown zoo paths {bad}; known: {', '.join(PATHS)}")
+    models = models or plan.models
     specs = [by_name(n) for n in models] if models else list(MODELS)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -429,9 +438,12 @@ def run(plan: ZooPlan, models: list[str] | None, paths: list[str],
     finally:
         torch.set_num_threads(saved)
         torch._dynamo.reset()
+    load1 = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    busy = max(load0, load1) > 0.5 * cores
     return {"torch_threads": threads, "paths": paths, "reps": plan.reps,
-            "batch_s": plan.batch_s, "seed": SEED, "loadavg_1m": [load0, os.getloadavg()[0]],
-            "wall_s": time.perf_counter() - t_start, "rows": rows}
+            "batch_s": plan.batch_s, "seed": SEED, "loadavg_1m": [load0, load1],
+            "busy": busy, "wall_s": time.perf_counter() - t_start, "rows": rows}
 
 
 # -- reporting ----------------------------------------------------------------
@@ -455,7 +467,8 @@ def _line(row: dict[str, Any]) -> str:
 def table_lines(zoo: dict[str, Any]) -> list[str]:
     """Plain-text lines for the console summary."""
     lines = [f"model zoo (torch threads {zoo['torch_threads']}; ms per call, ratio median "
-             f"(p10-p90 of paired rounds))"]
+             f"(p10-p90 of paired rounds); load average {zoo['loadavg_1m'][0]:.1f} -> "
+             f"{zoo['loadavg_1m'][1]:.1f}{', BUSY: not representative' if zoo['busy'] else ''})"]
     lines += ["  " + _line(r) for r in zoo["rows"]]
     return lines
 
@@ -470,6 +483,11 @@ def markdown(zoo: dict[str, Any], readme: bool = False) -> str:
     """The ratio table as Markdown; ``readme`` gives the shorter block
     written to ``zoo_table.md`` for the README."""
     out = []
+    if zoo.get("busy"):
+        out += [f"**Busy machine**: 1-minute load average {zoo['loadavg_1m'][0]:.1f} at the "
+                f"start and {zoo['loadavg_1m'][1]:.1f} at the end on {os.cpu_count()} cores; "
+                "torch's OpenMP threads slow down by large factors when the cores are "
+                "oversubscribed, so these ratios are not representative.", ""]
     if readme:
         out += [f"Model zoo, per call, hlobridge and inductor against eager torch (lower is better; "
                 f"median of paired interleaved rounds, p10–p90 in parentheses; torch "
