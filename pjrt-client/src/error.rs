@@ -202,6 +202,34 @@ pub enum Error {
         #[source]
         source: prost::DecodeError,
     },
+    /// A compile target string names no known target (see
+    /// [`crate::targets`]).
+    #[error("UnknownTarget: {0}")]
+    UnknownTarget(String),
+    /// The compiler of an accelerator target is not installed.
+    #[error("AcceleratorNotInstalled: {what} not found; searched {searched}. `HLOBRIDGE_ACCEL=1 scripts/setup.sh` installs it into .venv/accel")]
+    AcceleratorNotInstalled {
+        /// What is missing.
+        what: &'static str,
+        /// Where it was looked for.
+        searched: String,
+    },
+    /// A program compiled for a target does not fit the device's memory
+    /// (HBM, VMEM, shared memory): the compiler said so, or the compiled
+    /// memory statistics exceed the capacity.
+    #[error("OutOfMemory: the program does not fit {space} on {target}: needs {needed}, available {available}. Compiler: {message}")]
+    OutOfMemory {
+        /// Target string.
+        target: String,
+        /// `HBM`, `vmem`, `smem`, `shared memory`, `device memory`.
+        space: String,
+        /// Size needed, as the compiler wrote it (or `?`).
+        needed: String,
+        /// Size available.
+        available: String,
+        /// The compiler's message (or ours, for the post-compile check).
+        message: String,
+    },
     /// I/O error (e.g. reading a module or plugin discovery).
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -297,45 +297,13 @@ impl UnloadedExecutable {
 
     /// `PJRT_Executable_SizeOfGeneratedCodeInBytes`.
     pub fn generated_code_size(&self) -> Result<i64> {
-        let mut a = ffi::PJRT_Executable_SizeOfGeneratedCodeInBytes_Args::new();
-        a.executable = self.exe.raw();
-        // SAFETY: valid handle.
-        unsafe {
-            pjrt_call!(
-                self.plugin.api(),
-                PJRT_Executable_SizeOfGeneratedCodeInBytes,
-                &mut a
-            )?
-        };
-        Ok(a.size_in_bytes)
+        generated_code_size_of(&self.plugin, &self.exe)
     }
 
     /// Compiled memory statistics; [`Error::Unsupported`] when the plugin's
     /// C API has no `PJRT_Executable_GetCompiledMemoryStats`.
     pub fn memory_stats(&self) -> Result<CompiledMemoryStats> {
-        let mut a = ffi::PJRT_Executable_GetCompiledMemoryStats_Args::new();
-        a.executable = self.exe.raw();
-        // SAFETY: valid handle; outputs are plain integers.
-        unsafe {
-            pjrt_call!(
-                self.plugin.api(),
-                PJRT_Executable_GetCompiledMemoryStats,
-                &mut a
-            )?
-        };
-        Ok(CompiledMemoryStats {
-            generated_code: a.generated_code_size_in_bytes,
-            arguments: a.argument_size_in_bytes,
-            outputs: a.output_size_in_bytes,
-            alias: a.alias_size_in_bytes,
-            temp: a.temp_size_in_bytes,
-            host_generated_code: a.host_generated_code_size_in_bytes,
-            host_arguments: a.host_argument_size_in_bytes,
-            host_outputs: a.host_output_size_in_bytes,
-            host_alias: a.host_alias_size_in_bytes,
-            host_temp: a.host_temp_size_in_bytes,
-            peak: a.peak_memory_in_bytes,
-        })
+        memory_stats_of(&self.plugin, &self.exe)
     }
 
     /// The optimized program as text: the plugin's HLO decoded and listed
@@ -343,4 +311,43 @@ impl UnloadedExecutable {
     pub fn optimized_text(&self) -> Result<String> {
         Ok(self.exe.optimized_hlo()?.to_text())
     }
+}
+
+/// `PJRT_Executable_SizeOfGeneratedCodeInBytes` of any executable of
+/// `plugin` (unloaded, or the executable of a loaded one).
+pub fn generated_code_size_of(plugin: &Plugin, exe: &Executable) -> Result<i64> {
+    let mut a = ffi::PJRT_Executable_SizeOfGeneratedCodeInBytes_Args::new();
+    a.executable = exe.raw();
+    // SAFETY: valid handle owned by `exe`, which belongs to `plugin`.
+    unsafe {
+        pjrt_call!(
+            plugin.api(),
+            PJRT_Executable_SizeOfGeneratedCodeInBytes,
+            &mut a
+        )?
+    };
+    Ok(a.size_in_bytes)
+}
+
+/// Compiled memory statistics of any executable of `plugin`;
+/// [`Error::Unsupported`] when the plugin's C API has no
+/// `PJRT_Executable_GetCompiledMemoryStats`.
+pub fn memory_stats_of(plugin: &Plugin, exe: &Executable) -> Result<CompiledMemoryStats> {
+    let mut a = ffi::PJRT_Executable_GetCompiledMemoryStats_Args::new();
+    a.executable = exe.raw();
+    // SAFETY: valid handle owned by `exe`; outputs are plain integers.
+    unsafe { pjrt_call!(plugin.api(), PJRT_Executable_GetCompiledMemoryStats, &mut a)? };
+    Ok(CompiledMemoryStats {
+        generated_code: a.generated_code_size_in_bytes,
+        arguments: a.argument_size_in_bytes,
+        outputs: a.output_size_in_bytes,
+        alias: a.alias_size_in_bytes,
+        temp: a.temp_size_in_bytes,
+        host_generated_code: a.host_generated_code_size_in_bytes,
+        host_arguments: a.host_argument_size_in_bytes,
+        host_outputs: a.host_output_size_in_bytes,
+        host_alias: a.host_alias_size_in_bytes,
+        host_temp: a.host_temp_size_in_bytes,
+        peak: a.peak_memory_in_bytes,
+    })
 }

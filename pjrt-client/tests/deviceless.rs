@@ -88,7 +88,7 @@ fn cuda() -> Option<Plugin> {
 fn h100_config() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../bridge/cli/targets/h100_sxm.txtpb"
+        "/targets/h100_sxm.txtpb"
     ))
     .unwrap()
 }

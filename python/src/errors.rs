@@ -13,6 +13,10 @@
 //! │   └── PluginLoadError
 //! ├── PjrtError             a PJRT C API call failed (.function, .code)
 //! │   └── CompileError      PJRT_Client_Compile failed
+//! ├── TargetError           hb.compile_for: compiling for a target
+//! │   ├── UnknownTargetError            the target string names no target
+//! │   ├── AcceleratorNotInstalledError  libtpu / the CUDA plugin / ptxas missing
+//! │   └── OutOfMemoryError              the program does not fit the device
 //! ├── ArgumentError         bad inputs: count, shape, device, size, layout
 //! │   └── DtypeError        unsupported or mismatched element type
 //! ├── OutputError           a function's result holds a leaf that is not an array
@@ -120,6 +124,35 @@ create_exception!(
      'forkserver' method."
 );
 
+create_exception!(
+    _native,
+    TargetError,
+    BridgeError,
+    "Compiling for a target (`hb.compile_for`, `hlobridge compile --target`) failed before or \
+     around the compiler: an unknown target, a missing accelerator compiler, or a program that \
+     does not fit the device."
+);
+create_exception!(
+    _native,
+    UnknownTargetError,
+    TargetError,
+    "The target string names no known target; the message lists the known ones."
+);
+create_exception!(
+    _native,
+    AcceleratorNotInstalledError,
+    TargetError,
+    "The target's compiler (libtpu, the CUDA PJRT plugin, ptxas/libdevice) is not installed; \
+     the message says where it was looked for (`scripts/setup.sh` installs them into .venv/accel)."
+);
+create_exception!(
+    _native,
+    OutOfMemoryError,
+    TargetError,
+    "The program does not fit the target device's memory (HBM, VMEM, shared memory); the \
+     message carries the compiler's numbers."
+);
+
 /// `FileError(BridgeError, OSError)`, built at module init (pyo3's
 /// `create_exception!` takes a single base).
 static FILE_ERROR: GILOnceCell<Py<PyType>> = GILOnceCell::new();
@@ -169,6 +202,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("OutputError", py.get_type::<OutputError>())?;
     m.add("BufferDeletedError", py.get_type::<BufferDeletedError>())?;
     m.add("ForkError", py.get_type::<ForkError>())?;
+    m.add("TargetError", py.get_type::<TargetError>())?;
+    m.add("UnknownTargetError", py.get_type::<UnknownTargetError>())?;
+    m.add(
+        "AcceleratorNotInstalledError",
+        py.get_type::<AcceleratorNotInstalledError>(),
+    )?;
+    m.add("OutOfMemoryError", py.get_type::<OutOfMemoryError>())?;
     Ok(())
 }
 
@@ -206,7 +246,7 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
             with_attrs(PjrtError::new_err(msg), function, "Unimplemented")
         }
         E::Pjrt { function, code, .. } => {
-            let err = if function == "PJRT_Client_Compile" {
+            let err = if function == "PJRT_Client_Compile" || function == "PJRT_Compile" {
                 CompileError::new_err(msg)
             } else {
                 PjrtError::new_err(msg)
@@ -221,6 +261,9 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
         | E::InvalidArgument(_) => ArgumentError::new_err(msg),
         E::BufferDeleted { .. } => BufferDeletedError::new_err(msg),
         E::Decode { .. } => PjrtError::new_err(msg),
+        E::UnknownTarget(_) => UnknownTargetError::new_err(msg),
+        E::AcceleratorNotInstalled { .. } => AcceleratorNotInstalledError::new_err(msg),
+        E::OutOfMemory { .. } => OutOfMemoryError::new_err(msg),
         E::Io(io) => match io
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<crate::runtime::ForkRefusal>())

@@ -317,8 +317,7 @@ fn host_lowering(rt: &runtime::Shared) -> Option<hlobridge::lower::HostLowering>
     if !rt.client.host_kernels().gemm {
         return None;
     }
-    let l = hlobridge::lower::HostLowering::from_env();
-    l.gemm.is_some().then_some(l)
+    hlobridge::lower::host_lowering_for(rt.client.platform_name())
 }
 
 /// The plugin identity of the shared runtime (computed once).

@@ -11,6 +11,8 @@
 //! path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 //! Rust logs reach Python's `logging` through [`logging`].
 
+mod accel;
+mod device_runtime;
 mod disk_cache;
 mod dlpack;
 mod dtype;
@@ -87,6 +89,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fastcall::fast_clear, m)?)?;
     m.add_function(wrap_pyfunction!(receipt::record_receipt, m)?)?;
     m.add_function(wrap_pyfunction!(receipt::last_receipt_raw, m)?)?;
+    m.add_function(wrap_pyfunction!(accel::compile_for_target, m)?)?;
+    m.add_function(wrap_pyfunction!(accel::known_targets, m)?)?;
+    m.add_function(wrap_pyfunction!(accel::accelerators, m)?)?;
+    device_runtime::register(m)?;
     m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;
     m.add("VIEW_ALIGNMENT", execute::VIEW_ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

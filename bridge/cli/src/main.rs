@@ -9,7 +9,6 @@ mod cmd_run;
 mod cmd_stitch;
 mod cmd_viz;
 mod compare;
-mod compile_oom;
 mod conform_case;
 mod known_failures;
 mod npy;

@@ -51,6 +51,28 @@ impl HostLowering {
     }
 }
 
+impl HostLowering {
+    /// Whether any host rewrite is on (every CPU-only rewrite added to
+    /// [`HostLowering`] must be counted here).
+    pub fn any(&self) -> bool {
+        self.gemm.is_some()
+    }
+}
+
+/// The single switch for CPU-only rewrites (host GEMM and every other
+/// host-kernel lowering in [`HostLowering`]): the host lowering to apply to
+/// a program compiled for PJRT `platform`, or `None`. Only `cpu` is ever
+/// lowered; TPU/GPU targets (`hb.compile_for`, `hlobridge compile`, a CUDA
+/// runtime) get the portable stitched program as it is. Callers still check
+/// that their client registered the host kernels.
+pub fn host_lowering_for(platform: &str) -> Option<HostLowering> {
+    if platform != "cpu" {
+        return None;
+    }
+    let l = HostLowering::from_env();
+    l.any().then_some(l)
+}
+
 /// Lowers module `text` for a host (CPU) plugin that has the host kernels:
 /// returns the rewritten text and what was rewritten, or `None` when nothing
 /// applies (no products, none admitted, or text this parser does not read,
