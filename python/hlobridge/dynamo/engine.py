@@ -124,19 +124,21 @@ class TorchXlaLazyEngine:
 def decompositions() -> dict[Any, Any]:
     """The decomposition table graphs are traced with before an engine
     lowers them: core aten (the op set torch_xla lowers best, as its own
-    export path), with training-mode batch norm's running statistics
-    spelled out.
+    export path), with the normalizations spelled out (see
+    :func:`_accurate_norms`) and training-mode batch norm's running
+    statistics computed as torch does.
 
     torch_xla lowers ``_native_batch_norm_legit_functional`` (and the
     in-place variants) to ``stablehlo.batch_norm_training`` and updates
     ``running_var`` with that op's *biased* batch variance, where torch uses
     the unbiased one (``n/(n-1)`` times larger: 6.7% for a 1x1 feature map
-    and batch 16). Here the normalization stays torch_xla's
-    (``_native_batch_norm_legit.no_stats``: ``batch_norm_training`` and its
-    gradient, which are more accurate in float32 than torch's full
-    decomposition) and the running statistics are computed as torch does.
-    Inference batch norm (``_native_batch_norm_legit_no_training``) is
-    torch_xla's own."""
+    and batch 16). Here the running statistics are computed as torch does.
+
+    Weight normalization's backward (``_weight_norm_interface_backward``,
+    which autograd emits for ``nn.utils.parametrizations.weight_norm``, e.g.
+    in Wav2Vec2's positional convolution) has no decomposition in torch and
+    no torch_xla lowering: it is spelled out here as torch's differentiable
+    formula."""
     from torch._decomp import core_aten_decompositions
 
     aten = torch.ops.aten
@@ -144,7 +146,51 @@ def decompositions() -> dict[Any, Any]:
     table[aten._native_batch_norm_legit_functional.default] = _batch_norm_functional
     table[aten._native_batch_norm_legit.default] = _batch_norm_in_place
     table[aten.native_batch_norm.default] = _batch_norm_in_place
+    table.update(_accurate_norms())
+    table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     return table
+
+
+def _weight_norm_backward(grad_w: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                          norms: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of ``w = v * (g / norms)`` (``norms``: the L2 norms of
+    ``v`` over every axis but ``dim``, kept as size-1 axes), as torch's
+    ``_weight_norm_differentiable_backward``."""
+    dim = dim % v.dim()
+    axes = [i for i in range(v.dim()) if i != dim]
+    norms = norms.to(v.dtype)
+    sums = (grad_w * v).sum(axes, keepdim=True)
+    grad_v = (g / norms) * (grad_w - v * (sums / (norms * norms)))
+    return grad_v, (sums / norms).to(g.dtype)
+
+
+def _accurate_norms() -> dict[Any, Any]:
+    """torch's own decompositions of the normalizations, which compute the
+    variance in two passes (``var_mean``: the mean, then the mean squared
+    deviation from it).
+
+    torch_xla lowers ``native_layer_norm``, ``native_group_norm`` and
+    training batch norm (``_native_batch_norm_legit.no_stats``, as
+    ``stablehlo.batch_norm_training``, which XLA expands) with the one-pass
+    ``E[x^2] - E[x]^2``. In float32 that cancels catastrophically when a
+    row's or channel's mean is large against its spread (measured, std 1:
+    mean 100 puts LayerNorm and GroupNorm outputs 0.1% off and batch norm's
+    ``rstd`` 1% off; mean 1000, 17% and NaN; eager float32 stays within
+    4e-5), and a ReLU network's gradients change wherever that moves an
+    activation across zero. ``var_mean`` lowers as two passes and matches
+    eager float32. Inference batch norm
+    (``_native_batch_norm_legit_no_training``) is spelled out as well:
+    ``(x - mean) * rstd`` rather than torch_xla's ``x * scale + shift``,
+    which loses the low bits of ``x - mean`` (8x eager's error at mean
+    100). The backward ops (``native_layer_norm_backward``, ...) are core
+    decompositions already; they use these forwards' mean and rstd."""
+    from torch._decomp import decomposition_table
+
+    aten = torch.ops.aten
+    ops = (aten.native_layer_norm.default, aten.native_group_norm.default,
+           aten._native_batch_norm_legit.no_stats,
+           aten._native_batch_norm_legit_no_training.default)
+    return {op: decomposition_table[op] for op in ops}
 
 
 def _running_stats(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,

@@ -1,6 +1,7 @@
 """Tiny random Hugging Face ``transformers`` models for the zoo: decoder
 LMs (GPT-2, Llama, Mistral, Qwen2, Gemma), encoders (BERT, RoBERTa,
-DistilBERT), encoder-decoders (T5, BART) and ViT.
+DistilBERT), encoder-decoders (T5, BART), ViT, and speech: Whisper (log-mel
+features in, text out) and Wav2Vec2 (raw audio in, a class out).
 
 Sizes: hidden 64, 2 layers, 4 heads (2 key/value heads where the model
 has grouped-query attention), vocabulary 128, sequence 16, batch 2. All
@@ -103,6 +104,52 @@ def _vit() -> ZooModel:
                     logits=lambda m, x: m(pixel_values=x).logits)
 
 
+def _whisper() -> ZooModel:
+    cfg = dict(num_mel_bins=16, d_model=64, encoder_layers=2, decoder_layers=2,
+               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+               decoder_ffn_dim=128, max_source_positions=32, max_target_positions=64)
+
+    def build() -> torch.nn.Module:
+        import transformers
+
+        config = transformers.WhisperConfig(
+            vocab_size=VOCAB, decoder_start_token_id=1, dropout=0.0, attention_dropout=0.0,
+            activation_dropout=0.0, **_TOKENS, **cfg)
+        return transformers.WhisperForConditionalGeneration(config)
+
+    return ZooModel(
+        name="hf-whisper", library="transformers",
+        config="WhisperForConditionalGeneration: " + ", ".join(f"{k}={v}" for k, v in cfg.items())
+        + "; 16x64 log-mel features",
+        build=build, inputs=lambda: (torch.randn(BATCH, 16, 64), _tokens(DEC_SEQ)),
+        target=lambda b: torch.roll(b[1], -1, dims=1),
+        logits=lambda m, x, d: m(input_features=x, decoder_input_ids=d).logits)
+
+
+def _wav2vec2() -> ZooModel:
+    cfg = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+               conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+               num_conv_pos_embedding_groups=4)
+
+    def build() -> torch.nn.Module:
+        import transformers
+
+        config = transformers.Wav2Vec2Config(
+            vocab_size=VOCAB, num_labels=LABELS, hidden_dropout=0.0, attention_dropout=0.0,
+            activation_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+            mask_time_prob=0.0, mask_feature_prob=0.0, classifier_proj_size=32, **cfg)
+        return transformers.Wav2Vec2ForSequenceClassification(config)
+
+    return ZooModel(
+        name="hf-wav2vec2", library="transformers",
+        config="Wav2Vec2ForSequenceClassification: " + ", ".join(
+            f"{k}={v}" for k, v in cfg.items()) + "; 800 samples of audio",
+        build=build, inputs=lambda: (torch.randn(BATCH, 800),),
+        target=lambda b: torch.randint(0, LABELS, (BATCH,)),
+        logits=lambda m, x: m(input_values=x).logits)
+
+
 MODELS: list[ZooModel] = [
     _causal_lm("hf-gpt2", "GPT2Config", "GPT2LMHeadModel", n_embd=64, n_layer=2, n_head=4,
                n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
@@ -130,4 +177,6 @@ MODELS: list[ZooModel] = [
              max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
              activation_dropout=0.0),
     _vit(),
+    _whisper(),
+    _wav2vec2(),
 ]

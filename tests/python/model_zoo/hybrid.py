@@ -104,11 +104,11 @@ def _convnext(model: torch.nn.Module) -> int:
 
 
 def _timm_vit(model: torch.nn.Module) -> int:
-    from timm.layers import Mlp
+    from timm.layers import LayerNorm, Mlp
     from timm.models.vision_transformer import Attention
 
     n = swap(model, _is(Attention), JaxTimmAttention)
-    n += swap(model, _is(torch.nn.LayerNorm), JaxLayerNorm)
+    n += swap(model, _is(LayerNorm), JaxLayerNorm)  # timm's: F.layer_norm, last axis
     gelus = [m for m in model.modules() if isinstance(m, Mlp)]
     for mlp in gelus:
         assert type(mlp.act) is torch.nn.GELU

@@ -212,15 +212,18 @@ class JaxTimmAttention(torch.nn.Module):
 
     def __init__(self, orig: Any) -> None:
         super().__init__()
+        assert orig.gate is None, "gated attention is not mirrored"
         self.num_heads, self.head_dim, self.scale = orig.num_heads, orig.head_dim, orig.scale
+        self.attn_dim = orig.attn_dim
         self.qkv, self.q_norm, self.k_norm = orig.qkv, orig.q_norm, orig.k_norm
         self.norm, self.proj = orig.norm, orig.proj
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        assert attn_mask is None
-        b, n, c = x.shape
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False) -> torch.Tensor:
+        assert attn_mask is None and not is_causal, "ViT attention is unmasked"
+        b, n, _ = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)
         q, k = self.q_norm(q), self.k_norm(k)
         out = pallas_attention(q, k, v, None, self.scale)  # [B, N, H, D]
-        return self.proj(self.norm(out.reshape(b, n, c)))
+        return self.proj(self.norm(out.reshape(b, n, self.attn_dim)))

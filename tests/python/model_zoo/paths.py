@@ -315,7 +315,6 @@ def run_hybrid(hybrid: HybridModel, path: str, seed: int) -> dict[str, float]:
     names = " ".join(sorted(seen.names))
     missing = [f for f in hybrid.jax_fns if f not in names]
     assert not missing, f"{hybrid.name}: {missing} ran in no hlobridge program: {names}"
-    print("SEGMENTS", names)
     if path == "step_optax":
         assert "update" in names, f"the Optax update is no segment: {names}"
     return {**metrics, "jax_modules": float(swapped[0])}
