@@ -51,6 +51,8 @@ __all__ = [
     "rewrite_collectives",
     "shutdown",
     "stitch_spmd",
+    "to_global",
+    "to_local",
     "torch_segment",
 ]
 
@@ -62,4 +64,8 @@ def __getattr__(name: str) -> object:
         from hlobridge.spmd import program
 
         return getattr(program, name)
+    if name in ("to_global", "to_local"):
+        from hlobridge.spmd import arrays
+
+        return getattr(arrays, name)
     raise AttributeError(f"module 'hlobridge.spmd' has no attribute {name!r}")
