@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Render the model zoo's results (the JSON ``tests/python/test_model_zoo.py``
-writes with ``HLOBRIDGE_ZOO_JSON=path``) as docs/models.md: one row per
-model, one column per hlobridge path, each cell ``pass`` or the named
-error.
+"""Render the model zoo's results (the JSON the zoo tests write with
+``HLOBRIDGE_ZOO_JSON=path``: ``tests/python/test_model_zoo.py``,
+``test_zoo_hybrid.py``, ``test_zoo_generate.py``) as docs/models.md: one row
+per model, one column per hlobridge path, each cell ``pass`` or the named
+error; the hybrid rows and ``generate()`` below, then the measured
+differences and times.
 
-    HLOBRIDGE_ZOO=all HLOBRIDGE_ZOO_JSON=.cache/zoo.json PJRT_DEVICE=CPU \\
-        .venv/bin/python -m pytest -W error tests/python/test_model_zoo.py -q
+    HLOBRIDGE_ZOO_JSON=.cache/zoo.json PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error \\
+        tests/python/test_model_zoo.py tests/python/test_zoo_hybrid.py \\
+        tests/python/test_zoo_generate.py -q
     .venv/bin/python scripts/gen_models_table.py .cache/zoo.json -o docs/models.md
+
+(add ``HLOBRIDGE_ZOO=all`` for the cells held out of ``make test``.)
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
@@ -24,6 +30,8 @@ PATH_TITLES = {
     "compile_train": "torch.compile training",
     "step_sgd": "compile_train_step + SGD",
     "step_adam": "compile_train_step + Adam",
+    "step_optax": "compile_train_step + Optax AdamW",
+    "generate": "generate() (greedy, static cache)",
 }
 
 HEADER = """# Real models through hlobridge
@@ -48,81 +56,135 @@ within rtol=1e-4/atol=1e-5, every parameter and buffer after the steps within rt
 float32 BatchNorm gradients are up to 2% off float64 for ResNet-18), within 10x of eager
 float32's own distance from float64. Integer buffers (`num_batches_tracked`) must be equal.
 The loss is the cross-entropy of the logits (next token for language models, a class for
-classifiers). Dropout and stochastic depth are 0 in every configuration.
+classifiers). Dropout and stochastic depth are 0 in every configuration; BatchNorm convnets
+train at a tenth of the learning rates.
+
+**Hybrid rows** (`tests/python/test_zoo_hybrid.py`, `model_zoo/hybrid.py`,
+`model_zoo/jax_pieces.py`): one model per family with JAX doing real work inside it: norms and
+activations as `hb.call_jax` modules swapped in for the torch ones, attention as a Pallas
+kernel (one program per batch row and head, interpret mode on the CPU plugin, a `custom_vjp`
+whose backward is `jax.numpy`; registered as a `transformers` attention implementation for the
+HF models), and the whole-step optimizer `optax.adamw(1e-3, weight_decay=0.01)` through
+`hb.optim.JaxOptimizer` (against `torch.optim.AdamW`). Each is compared with the eager *torch*
+original (the JAX pieces mirror the modules they replace) with the tolerances above, and each
+run checks on hlobridge's receipts that every JAX function (and the Optax update) was a segment
+of a program hlobridge ran.
+
+**`generate()`** (`tests/python/test_zoo_generate.py`): Hugging Face greedy decoding
+(`do_sample=False`, `cache_implementation="static"`, 6-token prompts, 8 new tokens, batch 2)
+with `model.forward` under `torch.compile(backend="hlobridge", dynamic=False)`, twice on new
+prompts: the tokens must equal eager's exactly, every step's logits within rtol=1e-4/atol=1e-4,
+no graph breaks, at most 2 graphs (prefill and decode step), and the second `generate()`
+traces and compiles nothing. The random weight matrices are scaled by 5 so that greedy
+decoding does not repeat one token.
 
 A cell that cannot work names the error it raises (the test expects exactly that error, so it
-fails when the cell starts working). Heavy cells (minutes of cold XLA compiles on 2 cores:
-MobileNetV3 and EfficientNet training, ResNet-18's torch.compile training and Adam step, BART's
-whole steps) run only with `HLOBRIDGE_ZOO=all`; the table below is from such a full run.
+fails when the cell starts working). Every cell runs in `make test` unless its row below says
+why it is held out (those run with `HLOBRIDGE_ZOO=all`).
 """
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", type=Path, help="JSON written by test_model_zoo.py")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("results", type=Path, help="JSON written by the zoo tests")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "docs" / "models.md")
+    ap.add_argument("--note", default="", help="a line about the run (machine, load)")
     args = ap.parse_args()
     data = json.loads(args.results.read_text())
-    cells: dict[str, dict] = data.get("cells", {})
+    cells: dict[str, dict[str, Any]] = data.get("cells", {})
 
     from model_zoo import MODELS
-    from model_zoo.paths import PATHS
+    from model_zoo.hybrid import HYBRIDS
+    from model_zoo.paths import HYBRID_PATHS, PATHS
 
     lines = [HEADER]
     versions = data.get("versions", {})
     if versions:
         lines.append("Measured with " + ", ".join(f"{k} {v}" for k, v in versions.items())
-                     + f" on the CPU plugin; seed {data.get('seed')}.\n")
+                     + f" on the CPU plugin; seed {data.get('seed')}."
+                     + (f" {args.note}" if args.note else "") + "\n")
+    count = [0, 0]
+
+    def cell(key: str, held: str = "") -> str:
+        c = cells.get(key)
+        count[1] += 1
+        if c is None:
+            return f"held out: {held}" if held else "not run"
+        if c["status"] == "pass":
+            count[0] += 1
+            return "pass"
+        if c["status"] == "expected_error":
+            return f"`{c['error']}`"
+        return f"**FAIL** `{c['error']}`"
+
     lines.append("## Results\n")
     lines.append("| model | library | " + " | ".join(PATH_TITLES[p] for p in PATHS) + " |")
     lines.append("| --- | --- | " + " | ".join("---" for _ in PATHS) + " |")
-    passed = total = 0
     for m in MODELS:
-        row = []
-        for p in PATHS:
-            c = cells.get(f"{m.name}/{p}")
-            total += 1
-            if c is None:
-                row.append("not run" + (" (heavy)" if p in m.heavy else ""))
-            elif c["status"] == "pass":
-                passed += 1
-                row.append("pass")
-            elif c["status"] == "expected_error":
-                row.append(f"`{c['error']}`")
-            else:
-                row.append(f"**FAIL** `{c['error']}`")
+        row = [cell(f"{m.name}/{p}", m.heavy_reason if p in m.heavy else "") for p in PATHS]
         lines.append(f"| {m.name} | {m.library} | " + " | ".join(row) + " |")
-    lines.append(f"\n{passed} of {total} cells pass.\n")
+
+    lines.append("\n## Hybrid rows\n")
+    lines.append("| model | in JAX | " + " | ".join(PATH_TITLES[p] for p in HYBRID_PATHS) + " |")
+    lines.append("| --- | --- | " + " | ".join("---" for _ in HYBRID_PATHS) + " |")
+    for h in HYBRIDS:
+        row = [cell(f"{h.name}/{p}") for p in HYBRID_PATHS]
+        lines.append(f"| {h.name} | {h.pieces} | " + " | ".join(row) + " |")
+
+    gen = sorted(k.split("/")[0] for k in cells if k.endswith("/generate"))
+    if gen:
+        lines.append("\n## generate()\n")
+        lines.append("| model | generate() vs eager | graphs | hlobridge compiles | "
+                     "distinct new tokens |")
+        lines.append("| --- | --- | --- | --- | --- |")
+        for name in gen:
+            c = cells[f"{name}/generate"]
+            status = cell(f"{name}/generate")
+            m = c.get("metrics", {})
+            extra = (f"{int(m['graphs'])} | {int(m['compiles'])} | {int(m['distinct_tokens'])}"
+                     if m else " |  | ")
+            label = "tokens equal" if status == "pass" else status
+            lines.append(f"| {name} | {label} | {extra} |")
+    lines.append(f"\n{count[0]} of {count[1]} cells pass.\n")
 
     lines.append("## Configurations and measured differences\n")
     lines.append("Largest absolute differences: inference logits vs eager float32; training "
                  "losses and parameters vs eager float64 (eager float32's own in "
-                 "parentheses). Seconds include tracing and compiling on 2 cores.\n")
+                 "parentheses). Seconds include tracing and compiling, on the machine named "
+                 "above.\n")
     lines.append("| model | configuration | path | differences | s |")
     lines.append("| --- | --- | --- | --- | --- |")
-    for m in MODELS:
-        for i, p in enumerate(PATHS):
-            c = cells.get(f"{m.name}/{p}")
+    rows: list[tuple[str, str, list[str]]] = [(m.name, m.config, [*PATHS, "generate"])
+                                              for m in MODELS]
+    rows += [(h.name, f"{h.base.name} with {h.pieces}", list(HYBRID_PATHS)) for h in HYBRIDS]
+    total = 0.0
+    for name, config, paths in rows:
+        first = True
+        for p in paths:
+            c = cells.get(f"{name}/{p}")
             if c is None:
                 continue
-            diff = _diffs(c)
-            cfg = m.config if i == 0 else ""
-            lines.append(f"| {m.name if i == 0 else ''} | {cfg} | {PATH_TITLES[p]} | {diff} | "
-                         f"{c.get('seconds', '')} |")
+            total += float(c.get("seconds", 0.0))
+            lines.append(f"| {name if first else ''} | {config if first else ''} | "
+                         f"{PATH_TITLES[p]} | {_diffs(c)} | {c.get('seconds', '')} |")
+            first = False
+    lines.append(f"\nAll cells together: {total / 60:.1f} minutes.\n")
     errors = [(k, c) for k, c in cells.items() if c["status"] != "pass"]
     if errors:
-        lines.append("\n## Errors\n")
+        lines.append("## Errors\n")
         for k, c in sorted(errors):
             lines.append(f"- `{k}`: `{c['error']}`: {c.get('message', '')}")
-    args.out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out} ({passed}/{total} pass)")
+    args.out.write_text("\n".join(lines).rstrip("\n") + "\n")
+    print(f"wrote {args.out} ({count[0]}/{count[1]} pass, {total / 60:.1f} min)")
     return 0
 
 
-def _diffs(c: dict) -> str:
+def _diffs(c: dict[str, Any]) -> str:
     if c["status"] != "pass":
         return f"`{c['error']}`"
     m = c["metrics"]
+    if "distinct_tokens" in m:
+        return f"tokens equal; logits {m['logits_err']:.1e}"
     if "logits_err" in m:
         return f"logits {m['logits_err']:.1e} (of max {m['logits_max_abs']:.2g})"
     return (f"loss {m['loss_err']:.1e} ({m['loss_err_eager_f32']:.1e}), "

@@ -14,6 +14,7 @@ from hlobridge._native import (
     ArgumentError,
     BridgeError,
     BufferDeletedError,
+    CollectiveRewriteError,
     CompileError,
     DtypeError,
     FileError,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from hlobridge.stitching import stitch_program
     from hlobridge.train_step import TrainStep, compile_train_step
     from hlobridge import optim
+    from hlobridge import distributed, spmd
     from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
 
 _LAZY = {
@@ -60,7 +62,8 @@ _LAZY = {
     "CollectiveNotSupportedError": "hlobridge.dynamo.errors",
 }
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
-_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim"}
+_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim",
+                 "distributed": "hlobridge.distributed", "spmd": "hlobridge.spmd"}
 
 
 def __getattr__(name: str) -> Any:
@@ -87,6 +90,7 @@ __all__ = [
     "ArgumentError",
     "BridgeError",
     "BufferDeletedError",
+    "CollectiveRewriteError",
     "CollectiveNotSupportedError",
     "CompileError",
     "DistributedNotSupportedError",
@@ -111,6 +115,7 @@ __all__ = [
     "call_jax",
     "clear_cache",
     "compile_train_step",
+    "distributed",
     "format_module",
     "jax_to_pt",
     "last_receipt",
@@ -119,6 +124,7 @@ __all__ = [
     "pt_to_jax",
     "reset_stats",
     "runtime",
+    "spmd",
     "stats",
     "stitch_program",
     "trace_pallas",

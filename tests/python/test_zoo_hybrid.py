@@ -44,6 +44,9 @@ def fresh_dynamo() -> Iterator[None]:
     torch._dynamo.reset()
 
 
+# Dynamo itself reads ``.grad`` of a non-leaf tensor while tracing timm's
+# ViT for training (backend="eager" too), and warns.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
 @pytest.mark.parametrize("path", HYBRID_PATHS)
 @pytest.mark.parametrize("name", [h.name for h in HYBRIDS])
 def test_zoo_hybrid(name: str, path: str) -> None:

@@ -1,8 +1,10 @@
 """The model zoo: tiny random Hugging Face, torchvision and timm models
 that ``tests/python/test_model_zoo.py`` runs through every hlobridge path
 (``torch.compile`` inference and training, ``compile_train_step`` with SGD
-and Adam) against eager torch. ``scripts/gen_models_table.py`` renders the
-results as docs/models.md.
+and Adam) against eager torch; ``hybrid.py`` adds one model per family with
+JAX pieces inside (``jax_pieces.py``), which ``test_zoo_hybrid.py`` runs.
+``results.py`` collects the outcomes and ``scripts/gen_models_table.py``
+renders them as docs/models.md.
 """
 
 from __future__ import annotations

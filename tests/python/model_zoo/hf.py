@@ -68,8 +68,7 @@ def _encoder(name: str, config_cls: str, model_cls: str, **cfg: object) -> ZooMo
                     target=lambda b: torch.randint(0, LABELS, (BATCH,)), logits=logits)
 
 
-def _seq2seq(name: str, config_cls: str, model_cls: str, heavy: tuple[str, ...] = (),
-             **cfg: object) -> ZooModel:
+def _seq2seq(name: str, config_cls: str, model_cls: str, **cfg: object) -> ZooModel:
     def build() -> torch.nn.Module:
         import transformers
 
@@ -83,7 +82,7 @@ def _seq2seq(name: str, config_cls: str, model_cls: str, heavy: tuple[str, ...] 
                                            if "dropout" not in k),
         build=build, inputs=lambda: (_tokens(), _tokens(DEC_SEQ)),
         target=lambda b: torch.roll(b[1], -1, dims=1),
-        logits=lambda m, x, d: m(input_ids=x, decoder_input_ids=d).logits, heavy=heavy)
+        logits=lambda m, x, d: m(input_ids=x, decoder_input_ids=d).logits)
 
 
 def _vit() -> ZooModel:
@@ -171,7 +170,7 @@ MODELS: list[ZooModel] = [
     _seq2seq("hf-t5", "T5Config", "T5ForConditionalGeneration", d_model=64, d_kv=16, d_ff=128,
              num_layers=2, num_heads=4, dropout_rate=0.0),
     _seq2seq("hf-bart", "BartConfig", "BartForConditionalGeneration",
-             heavy=("step_sgd", "step_adam"), d_model=64,
+             d_model=64,
              encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
              max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,

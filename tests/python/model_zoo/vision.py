@@ -39,10 +39,19 @@ def _resnet18() -> torch.nn.Module:
     return torchvision.models.resnet18(num_classes=CLASSES)
 
 
-def _mobilenet_v3() -> torch.nn.Module:
-    import torchvision
+MOBILENET_BLOCKS = (0, 1, 3, 4)
+"""Which of MobileNetV3-Small's 11 inverted-residual blocks the zoo keeps:
+one of each kind (squeeze-excite + ReLU at stride 2 without expansion,
+expansion + ReLU at stride 2, squeeze-excite + hardswish 5x5 at stride 2,
+and the same with a residual connection)."""
 
-    return torchvision.models.mobilenet_v3_small(num_classes=CLASSES, dropout=0.0)
+
+def _mobilenet_v3() -> torch.nn.Module:
+    from torchvision.models.mobilenetv3 import MobileNetV3, _mobilenet_v3_conf
+
+    blocks, last_channel = _mobilenet_v3_conf("mobilenet_v3_small")
+    return MobileNetV3([blocks[i] for i in MOBILENET_BLOCKS], last_channel,
+                       num_classes=CLASSES, dropout=0.0)
 
 
 def _efficientnet_b0() -> torch.nn.Module:
@@ -51,8 +60,8 @@ def _efficientnet_b0() -> torch.nn.Module:
     from torchvision.models.efficientnet import EfficientNet, MBConvConfig
 
     # EfficientNet-B0's seven stages (expand ratio, kernel, stride, in, out,
-    # layers) at width 0.5 and depth 0.5.
-    conf = partial(MBConvConfig, width_mult=0.5, depth_mult=0.5)
+    # layers) at width 0.5 and depth 0.25 (one block per stage).
+    conf = partial(MBConvConfig, width_mult=0.5, depth_mult=0.25)
     stages = [conf(1, 3, 1, 32, 16, 1), conf(6, 3, 2, 16, 24, 2), conf(6, 5, 2, 24, 40, 2),
               conf(6, 3, 2, 40, 80, 3), conf(6, 5, 1, 80, 112, 3), conf(6, 5, 2, 112, 192, 4),
               conf(6, 3, 1, 192, 320, 1)]
@@ -86,21 +95,23 @@ def _timm_mixer() -> torch.nn.Module:
 
 
 def _model(name: str, library: str, config: str, build: object, heavy: tuple[str, ...] = (),
-           lr_scale: float = 1.0) -> ZooModel:
+           lr_scale: float = 1.0, heavy_reason: str = "") -> ZooModel:
     return ZooModel(name=name, library=library, config=config, build=build,  # type: ignore[arg-type]
-                    inputs=_image, target=_target, logits=_call, heavy=heavy, lr_scale=lr_scale)
+                    inputs=_image, target=_target, logits=_call, heavy=heavy, lr_scale=lr_scale,
+                    heavy_reason=heavy_reason)
 
 
 MODELS: list[ZooModel] = [
     _model("tv-resnet18", "torchvision", "resnet18(num_classes=10), 32x32 images", _resnet18,
-           lr_scale=0.1, heavy=("compile_train", "step_sgd", "step_adam")),
+           lr_scale=0.1, heavy=("step_sgd",),
+           heavy_reason="open: conv1.weight drifts 3.4e-4 from float64 after 3 steps (eager "
+                        "float32: 6.6e-7), under investigation"),
     _model("tv-mobilenet_v3_small", "torchvision",
-           "mobilenet_v3_small(num_classes=10), 32x32 images", _mobilenet_v3, lr_scale=0.1,
-           heavy=("compile_train", "step_sgd", "step_adam")),
+           "MobileNetV3 with 4 of Small's 11 blocks (one of each kind), num_classes=10; "
+           "32x32 images", _mobilenet_v3, lr_scale=0.1),
     _model("tv-efficientnet_b0", "torchvision",
-           "EfficientNet with B0's stages at width 0.5, depth 0.5; 32x32 images",
-           _efficientnet_b0, lr_scale=0.1,
-           heavy=("compile_train", "step_sgd", "step_adam")),
+           "EfficientNet with B0's 7 stages at width 0.5, one block each; 32x32 images",
+           _efficientnet_b0, lr_scale=0.1),
     _model("tv-convnext_tiny", "torchvision",
            "ConvNeXt with Tiny's 4 stages at widths 16/32/64/128, depths 1/1/2/1; 32x32 images",
            _convnext_tiny),
