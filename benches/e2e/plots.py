@@ -116,7 +116,7 @@ def stitch_plot(rows: list[dict[str, Any]], cache: dict[str, Any] | None, out: P
     return _save(fig, out)
 
 
-def zoo_plot(rows: list[dict[str, Any]], out: Path) -> Path:
+def zoo_plot(rows: list[dict[str, Any]], out: Path, note: str = "") -> Path:
     """Model zoo: hlobridge / eager and inductor / eager per model, one
     panel per path, models on a shared axis (log scale, 1 = eager; bars:
     median of paired rounds, whiskers p10-p90; rows that failed are absent)."""
@@ -148,4 +148,6 @@ def zoo_plot(rows: list[dict[str, Any]], out: Path) -> Path:
     ax0.set_yticklabels(models, fontsize=7)
     ax0.set_ylim(len(models) - 0.5, -0.5)
     axes[0][-1].legend(fontsize=6, loc="best")
+    if note:
+        fig.suptitle(note, fontsize=8, color="tab:red")
     return _save(fig, out)

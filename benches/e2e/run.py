@@ -379,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
         pngs.append(plots.stitch_plot(r["stitch"], r.get("cache"), a.out / "e2e_stitch_cache.png"))
     extra = []
     if r.get("zoo", {}).get("rows"):
-        pngs.append(plots.zoo_plot(r["zoo"]["rows"], a.out / "zoo.png"))
+        busy = "busy machine (load average above half the cores): not representative"
+        pngs.append(plots.zoo_plot(r["zoo"]["rows"], a.out / "zoo.png",
+                                   busy if r["zoo"]["busy"] else ""))
         (a.out / "zoo_table.md").write_text(zoo.markdown(r["zoo"], readme=True))
         extra.append(a.out / "zoo_table.md")
     r["plots"] = [p.name for p in pngs]
