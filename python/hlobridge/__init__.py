@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hlobridge._native import (
+    AcceleratorNotInstalledError,
     ArgumentError,
     BridgeError,
     BufferDeletedError,
@@ -20,6 +21,7 @@ from hlobridge._native import (
     FileError,
     ForkError,
     InvalidIrError,
+    OutOfMemoryError,
     OutputError,
     ParseError,
     PjrtError,
@@ -28,6 +30,8 @@ from hlobridge._native import (
     PluginNotFoundError,
     Runtime,
     StitchError,
+    TargetError,
+    UnknownTargetError,
     __version__,
     format_module,
     runtime,
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from hlobridge.jax_bridge import call_jax, clear_cache, reset_stats, stats
     from hlobridge.pallas import PallasLoweringError, PallasSegment, trace_pallas
     from hlobridge.stitching import stitch_program
+    from hlobridge.compile_for import TargetExecutable, compile_for
     from hlobridge.train_step import TrainStep, compile_train_step
     from hlobridge import optim
     from hlobridge import distributed, spmd
@@ -56,6 +61,8 @@ _LAZY = {
     "PallasLoweringError": "hlobridge.pallas",
     "PallasSegment": "hlobridge.pallas",
     "stitch_program": "hlobridge.stitching",
+    "compile_for": "hlobridge.compile_for",
+    "TargetExecutable": "hlobridge.compile_for",
     "compile_train_step": "hlobridge.train_step",
     "TrainStep": "hlobridge.train_step",
     "DistributedNotSupportedError": "hlobridge.dynamo.errors",
@@ -87,6 +94,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AcceleratorNotInstalledError",
     "ArgumentError",
     "BridgeError",
     "BufferDeletedError",
@@ -98,6 +106,7 @@ __all__ = [
     "FileError",
     "ForkError",
     "InvalidIrError",
+    "OutOfMemoryError",
     "OutputError",
     "ParseError",
     "PjrtError",
@@ -110,10 +119,14 @@ __all__ = [
     "Runtime",
     "Segment",
     "StitchError",
+    "TargetError",
+    "TargetExecutable",
+    "UnknownTargetError",
     "__version__",
     "TrainStep",
     "call_jax",
     "clear_cache",
+    "compile_for",
     "compile_train_step",
     "distributed",
     "format_module",

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 from typing_extensions import CapsuleType
-from typing import Final
+from typing import Any, Final
 
 __version__: str
 
@@ -66,6 +66,19 @@ class ForkError(BridgeError):
     inherited client (or a program compiled on it) cannot be used here; start
     workers with the ``spawn`` or ``forkserver`` method
     (``HLOBRIDGE_AFTER_FORK=error|reinit``)."""
+
+class TargetError(BridgeError):
+    """Compiling for a target failed before or around the compiler."""
+
+class UnknownTargetError(TargetError):
+    """The target string names no known target; the message lists them."""
+
+class AcceleratorNotInstalledError(TargetError):
+    """The target's compiler (libtpu, the CUDA PJRT plugin, ptxas) is missing."""
+
+class OutOfMemoryError(TargetError):
+    """The program does not fit the target device's memory (HBM, VMEM, shared
+    memory); the message carries the compiler's numbers."""
 
 def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
@@ -241,3 +254,16 @@ def record_receipt(raw: tuple[object, ...]) -> None:
 
 def last_receipt_raw() -> tuple[object, ...] | None:
     """This thread's last receipt fields, or ``None``."""
+
+def compile_for_target(
+    target: str, text: str, partitions: int = 1, replicas: int = 1, shardy: bool = False
+) -> dict[str, Any]:
+    """Compile module text for ``target`` (deviceless for TPU/CUDA; on the CPU
+    runtime's client, host-lowered, for ``cpu``); GIL released. Returns the
+    report dict used by ``hlobridge.compile_for``."""
+
+def known_targets() -> list[str]:
+    """Every known target name (shipped table plus ``HLOBRIDGE_TARGETS``)."""
+
+def accelerators() -> dict[str, str | None]:
+    """Paths of libtpu, the CUDA PJRT plugin and the CUDA data dir (or None)."""
