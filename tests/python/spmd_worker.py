@@ -117,7 +117,45 @@ def case_bad_local_shape() -> dict[str, Any]:
     return {"error": None}
 
 
-CASES = [case_all_devices, case_mesh_axes, case_refuse_all_gather, case_bad_local_shape]
+class Matmul(torch.nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w
+
+
+def case_whole_mesh() -> dict[str, Any]:
+    """A program over the whole mesh (global shapes, mode="global"): x is
+    split over dp (rows) and tp (the contracted columns), w over tp (rows);
+    Shardy carries the shardings through the torch matmul and the JAX tanh,
+    and XLA adds the tp all-reduce the contraction needs."""
+    n, d, h = 8, 6, 4
+    seg = spmd.torch_segment("mm", Matmul(), (torch.randn(n, d), torch.randn(d, h)), ["x", "w"],
+                             ["h"])
+    prog = spmd.stitch_spmd(
+        [("x", f"tensor<{n}x{d}xf32>"), ("w", f"tensor<{d}x{h}xf32>")],
+        [seg, ("act", "jax", _jax_text(jnp.tanh, (n, h)), "main", ["h"], ["y"])], ["y"], MESH,
+        {"x": P("dp", "tp"), "w": P("tp", None)}, [P("dp", None)], mode="global")
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(n, d, generator=g), torch.randn(d, h, generator=g)
+    (y,) = prog(x[R * n // 2:(R + 1) * n // 2], w)
+    ref = torch.tanh(x @ w)[R * n // 2:(R + 1) * n // 2]
+    hlo = prog.lower(*prog.global_arrays(x[R * n // 2:(R + 1) * n // 2], w)).compile()
+    return {"err": (y - ref).abs().max().item(), "shape": list(y.shape),
+            "all_reduce": "all-reduce" in hlo.as_text()}
+
+
+def case_whole_mesh_refuses_collectives() -> dict[str, Any]:
+    seg = spmd.torch_segment("mm3", AllReduceMatmul(), (torch.randn(2, 3), torch.randn(3, 3)),
+                             ["x", "w"], ["h"])
+    try:
+        spmd.stitch_spmd([("x", "tensor<2x3xf32>"), ("w", "tensor<3x3xf32>")], [seg], ["h"],
+                         MESH, {}, [P()], mode="global")
+    except Exception as e:  # noqa: BLE001
+        return {"error": type(e).__name__, "message": str(e)}
+    return {"error": None}
+
+
+CASES = [case_all_devices, case_mesh_axes, case_refuse_all_gather, case_bad_local_shape,
+         case_whole_mesh, case_whole_mesh_refuses_collectives]
 
 
 def main() -> None:

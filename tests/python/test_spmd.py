@@ -8,6 +8,8 @@ global devices), stitches torch segments whose ``funcol.all_reduce`` was
 rewritten by the Rust pass into the global-device-id form, and runs them
 under ``shard_map``; each process's outputs must equal eager torch on the
 whole data within 1e-5 (float32 sums of a few terms; measured <= 1e-6).
+The same over the whole mesh (``mode="global"``: global shapes, shardings
+carried through the torch and JAX ops by Shardy, collectives from XLA).
 ``examples/spmd_train.py`` (DP + TP training with optax) runs under torchrun
 and checks itself against single-process torch (exit code).
 
@@ -129,6 +131,19 @@ def test_wrong_local_block_is_named(ranks: list[dict[str, Any]]) -> None:
     for rank, r in enumerate(_case(ranks, "bad_local_shape")):
         assert r["error"] == "SpmdArgumentError"
         assert "[4, 3]" in r["message"] and f"({4 * rank}, {4 * rank + 4})" in r["message"]
+
+
+def test_program_over_the_whole_mesh(ranks: list[dict[str, Any]]) -> None:
+    for r in _case(ranks, "whole_mesh"):
+        assert r["err"] <= TOL
+        assert r["shape"] == [4, 4]
+        assert r["all_reduce"], "the contraction over tp needs an all-reduce from XLA"
+
+
+def test_whole_mesh_program_refuses_collectives(ranks: list[dict[str, Any]]) -> None:
+    for r in _case(ranks, "whole_mesh_refuses_collectives"):
+        assert r["error"] == "CollectiveRewriteError"
+        assert "stablehlo.all_reduce" in r["message"] and "mode='shard_map'" in r["message"]
 
 
 def test_example_spmd_train_matches_single_process() -> None:

@@ -5,7 +5,8 @@ version check.
 made from StableHLO text that JAX did not lower itself, so
 :func:`exported_from_module` fills the dataclass's fields directly (some of
 them private) and serializes the module with jaxlib's portable-artifact
-serializer, as ``jax.export`` does. It also parses the module with JAX's MLIR
+serializer, as ``jax.export`` does (for a whole-mesh program, with its
+shardings as ``NamedSharding``s and their ``HloSharding``s). It also parses the module with JAX's MLIR
 bindings to read ``@main``'s signature, and asks ``xla_bridge`` whether the
 backends started. Checked against jax/jaxlib 0.10.2
 (the pinned stack); on another version the fields are checked by name and
@@ -107,11 +108,16 @@ def main_signature(text: str) -> tuple[list[tuple[tuple[int, ...], Any]],
         return [conv(t) for t in fty.inputs], [conv(t) for t in fty.results]
 
 
-def exported_from_module(text: str, name: str, platform: str = "cpu") -> Any:
+def exported_from_module(text: str, name: str, platform: str = "cpu",
+                         shardings: tuple[Any, Any] | None = None) -> Any:
     """A :class:`jax.export.Exported` that calls module ``text``'s ``@main``
-    on its arguments (flat positional arrays in, a tuple out), lowered for
-    one device (so it can be the per-device body of ``shard_map``; its own
-    collectives name global device ids), for ``platform``."""
+    on its arguments (flat positional arrays in, a tuple out), for
+    ``platform``. Without ``shardings`` it is lowered for one device (so it
+    can be the per-device body of ``shard_map``; its own collectives name
+    global device ids). With ``shardings`` = ``(in, out)`` (one
+    ``NamedSharding`` per input and output, over one mesh) it is a program
+    over that whole mesh: Shardy propagates the shardings through its ops and
+    XLA inserts the collectives."""
     _check()
     from jax import export, tree_util
     from jax._src import core
@@ -130,18 +136,29 @@ def exported_from_module(text: str, name: str, platform: str = "cpu") -> Any:
         module = ir.Module.parse(text)
         serialized = _jax.mlir.serialize_portable_artifact(module, target, False)
     n_in, n_out = len(in_avals), len(out_avals)
+    nr_devices, named, in_named, out_named = 1, False, (None,) * n_in, (None,) * n_out
+    in_hlo, out_hlo = (None,) * n_in, (None,) * n_out
+    if shardings is not None:
+        ins_s, outs_s = tuple(shardings[0]), tuple(shardings[1])
+        if len(ins_s) != n_in or len(outs_s) != n_out:
+            raise BridgeError(f"hlobridge.spmd: {len(ins_s)}/{len(outs_s)} shardings for a "
+                              f"@main of {n_in} inputs and {n_out} outputs")
+        nr_devices = int(ins_s[0].mesh.devices.size) if ins_s else int(outs_s[0].mesh.devices.size)
+        named, in_named, out_named = True, ins_s, outs_s
+        in_hlo = tuple(s._to_xla_hlo_sharding(a.ndim) for s, a in zip(ins_s, in_avals))
+        out_hlo = tuple(s._to_xla_hlo_sharding(a.ndim) for s, a in zip(outs_s, out_avals))
     return export.Exported(
         fun_name=name,
         in_tree=tree_util.tree_structure((tuple(range(n_in)), {})),
         in_avals=in_avals,
         out_tree=tree_util.tree_structure(tuple(range(n_out))),
         out_avals=out_avals,
-        _has_named_shardings=False,
-        _in_named_shardings=(None,) * n_in,
-        _out_named_shardings=(None,) * n_out,
-        in_shardings_hlo=(None,) * n_in,
-        out_shardings_hlo=(None,) * n_out,
-        nr_devices=1,
+        _has_named_shardings=named,
+        _in_named_shardings=in_named,
+        _out_named_shardings=out_named,
+        in_shardings_hlo=in_hlo,
+        out_shardings_hlo=out_hlo,
+        nr_devices=nr_devices,
         platforms=(platform,),
         ordered_effects=(),
         unordered_effects=(),

@@ -11,13 +11,16 @@
   ``shard_map`` over a mesh of all global devices. It takes each process's
   torch tensors (its block of every global input), makes global arrays
   through DLPack, and returns this process's blocks of the outputs as torch
-  tensors.
+  tensors. With ``mode="global"`` the module is written over the whole mesh
+  instead: its input and output shardings go on the ``Exported``, and Shardy
+  carries them through the torch and JAX segments.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,26 +109,59 @@ def torch_segment(name: str, module: torch.nn.Module, examples: tuple[torch.Tens
     return TorchSegment(name, text, handles, list(outputs), constants, report)
 
 
+_COLLECTIVE = re.compile(r"stablehlo\.(all_reduce|all_gather|reduce_scatter|all_to_all|"
+                         r"collective_permute|collective_broadcast)\b")
+
+
 class SpmdProgram:
-    """Module ``text`` (``@main`` takes ``input_names`` in order) run as the
-    per-device body of ``shard_map`` over ``mesh``. ``in_specs`` maps each
-    input name to its ``PartitionSpec`` (missing: replicated), ``out_specs``
-    gives one per output. Inputs named in ``constants`` are fed by the
-    program (replicated)."""
+    """Module ``text`` (``@main`` takes ``input_names`` in order) run over
+    ``mesh``. ``in_specs`` maps each input name to its ``PartitionSpec``
+    (missing: replicated), ``out_specs`` gives one per output. Inputs named
+    in ``constants`` are fed by the program (replicated).
+
+    ``mode="shard_map"`` (default): the module is the per-device body of
+    ``shard_map``; its types are per-device shapes and its collectives (the
+    rewritten torch ones, or JAX's) say what crosses devices.
+    ``mode="global"``: the module is written over the whole mesh (global
+    shapes); the specs become its input and output shardings, Shardy
+    propagates them through every segment's ops (torch ones included) and
+    XLA inserts the collectives. Such a module must hold no collective of
+    its own (:class:`hlobridge.CollectiveRewriteError`)."""
 
     def __init__(self, text: str, mesh: Any, input_names: Sequence[str],
                  in_specs: dict[str, Any], out_specs: Sequence[Any],
-                 constants: dict[str, torch.Tensor] | None = None, name: str = "stitched"):
+                 constants: dict[str, torch.Tensor] | None = None, name: str = "stitched",
+                 mode: str = "shard_map"):
         import jax
         from jax.sharding import NamedSharding, PartitionSpec
 
         from hlobridge.spmd._jax_private import exported_from_module
 
+        if mode not in ("shard_map", "global"):
+            raise SpmdArgumentError(f"SpmdProgram: mode {mode!r} is not 'shard_map' or 'global'")
+        if mode == "global":
+            found = _COLLECTIVE.search(text)
+            if found:
+                raise _native.CollectiveRewriteError(
+                    f"SpmdProgram(mode='global'): the module holds a {found.group(0)}; a program "
+                    f"over the whole mesh gets its collectives from XLA's partitioner (drop the "
+                    f"torch collective, or use mode='shard_map' with rewritten collectives)")
         self.text = text
         self.mesh = mesh
+        self.mode = mode
         self.input_names = list(input_names)
         self.constants = dict(constants or {})
-        self.exported = exported_from_module(text, name)
+        self.in_specs = [in_specs.get(n, PartitionSpec()) for n in self.input_names]
+        self.out_specs = list(out_specs)
+        self.shardings = [NamedSharding(mesh, s) for s in self.in_specs]
+        out_shardings = [NamedSharding(mesh, s) for s in self.out_specs]
+        if mode == "global":
+            if len(self.shardings) != len(self.input_names):
+                raise SpmdArgumentError("SpmdProgram: one spec per input")
+            self.exported = exported_from_module(text, name,
+                                                 shardings=(self.shardings, out_shardings))
+        else:
+            self.exported = exported_from_module(text, name)
         n_in, n_out = len(self.exported.in_avals), len(self.exported.out_avals)
         if n_in != len(self.input_names):
             raise SpmdArgumentError(f"SpmdProgram: @main takes {n_in} inputs, "
@@ -133,19 +169,23 @@ class SpmdProgram:
         if n_out != len(out_specs):
             raise SpmdArgumentError(f"SpmdProgram: @main returns {n_out} outputs, "
                                     f"{len(out_specs)} out_specs given")
-        self.in_specs = [in_specs.get(n, PartitionSpec()) for n in self.input_names]
-        self.out_specs = list(out_specs)
-        self.global_shapes = [self._global(a.shape, s)
-                              for a, s in zip(self.exported.in_avals, self.in_specs)]
-        self.shardings = [NamedSharding(mesh, s) for s in self.in_specs]
+        if mode == "global":
+            self.global_shapes = [tuple(a.shape) for a in self.exported.in_avals]
+        else:
+            self.global_shapes = [self._global(a.shape, s)
+                                  for a, s in zip(self.exported.in_avals, self.in_specs)]
         self.user_inputs = [n for n in self.input_names if n not in self.constants]
         exp = self.exported
 
         def body(*args: Any) -> tuple[Any, ...]:
             return tuple(exp.call(*args))
 
-        self._fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(self.in_specs),
-                                         out_specs=tuple(self.out_specs), check_vma=False))
+        if mode == "global":
+            self._fn = jax.jit(body, in_shardings=tuple(self.shardings),
+                               out_shardings=tuple(out_shardings))
+        else:
+            self._fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(self.in_specs),
+                                             out_specs=tuple(self.out_specs), check_vma=False))
         self._const_arrays: dict[str, Any] = {}
 
     def _global(self, shape: tuple[int, ...], spec: Any) -> tuple[int, ...]:
@@ -179,6 +219,11 @@ class SpmdProgram:
         run); returns global arrays."""
         return list(self._fn(*arrays))
 
+    def lower(self, *arrays: Any) -> Any:
+        """The ``jax.stages.Lowered`` of the program for global ``arrays``
+        (``.compile().as_text()`` shows the partitioned HLO)."""
+        return self._fn.lower(*arrays)
+
     def __call__(self, *tensors: torch.Tensor) -> list[torch.Tensor]:
         """Run on this process's blocks of the inputs; returns its blocks of
         the outputs as torch tensors."""
@@ -187,10 +232,11 @@ class SpmdProgram:
 
 def stitch_spmd(inputs: Sequence[tuple[str, str]], segments: Sequence[Any], outputs: Sequence[str],
                 mesh: Any, in_specs: dict[str, Any], out_specs: Sequence[Any],
-                name: str = "stitched") -> SpmdProgram:
+                name: str = "stitched", mode: str = "shard_map") -> SpmdProgram:
     """Stitch ``segments`` (:class:`TorchSegment` or native segment tuples)
-    into one module with program ``inputs`` ``(name, per-device MLIR type)``
-    and ``outputs`` (handle names), then wrap it as an :class:`SpmdProgram`.
+    into one module with program ``inputs`` ``(name, MLIR type)`` (per-device
+    types for ``mode="shard_map"``, global ones for ``mode="global"``) and
+    ``outputs`` (handle names), then wrap it as an :class:`SpmdProgram`.
     The constants of torch segments are appended to the inputs."""
     constants: dict[str, torch.Tensor] = {}
     native = []
@@ -208,4 +254,4 @@ def stitch_spmd(inputs: Sequence[tuple[str, str]], segments: Sequence[Any], outp
         plan_inputs.append((h, f"tensor<{dims}{dt}>", False))
     text, _report = _native.stitch(plan_inputs, native, list(outputs))
     return SpmdProgram(text, mesh, [p[0] for p in plan_inputs], in_specs, out_specs, constants,
-                       name)
+                       name, mode)
