@@ -19,6 +19,10 @@ against DDP eager and against one process, in one run.
 SGD with momentum, an MLP (``--width``, 3 layers). Per-step medians and
 p10/p90 from interleaved rounds (benches/e2e/timing.py); the 2-process
 variants run in the same order on both ranks (every call synchronizes them).
+Every process runs torch with ``--threads`` intra-op threads (default 1, as
+torchrun sets ``OMP_NUM_THREADS=1``: on a loaded 2-core machine two OpenMP
+threads per process made a 1.8 ms eager step take 96 ms); the XLA CPU
+runtime keeps its own thread pool.
 
 On a 2-core machine the two ranks share the cores with each other and with
 gloo's threads, so the 2-process numbers mostly show overhead (collective
@@ -101,6 +105,7 @@ def _free_port() -> int:
 
 def single(args: argparse.Namespace) -> dict[str, Any]:
     """The one-process variants (a gloo group of one rank for ``dp step 1r``)."""
+    torch.set_num_threads(args.threads)
     _init(0, 1, _free_port())
     torch.manual_seed(0)
     base = MLP(args.width)
@@ -128,6 +133,7 @@ def worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank = args.rank
+    torch.set_num_threads(args.threads)
     _init(rank, 2, args.port)
     torch.manual_seed(0)
     base = MLP(args.width)
@@ -159,7 +165,8 @@ def two_processes(args: argparse.Namespace) -> dict[str, Any]:
         port = _free_port()
         common = [sys.executable, __file__, "--port", str(port), "--out", str(out),
                   "--batch", str(args.batch), "--width", str(args.width),
-                  "--reps", str(args.reps), "--calls", str(args.calls)]
+                  "--reps", str(args.reps), "--calls", str(args.calls),
+                  "--threads", str(args.threads)]
         procs = [subprocess.Popen([*common, "--rank", str(r)], start_new_session=True)
                  for r in range(2)]
         try:
@@ -181,6 +188,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--reps", type=int, default=15, help="interleaved rounds")
     ap.add_argument("--calls", type=int, default=10, help="steps per round and variant")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
@@ -194,7 +202,7 @@ def main() -> None:
     two = two_processes(args)
     stats = {**one["stats"], **two["stats"]}
     print(f"MLP {D_IN}-{args.width}-{args.width}-{D_OUT}, SGD momentum, per-rank batch "
-          f"{args.batch}; torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
+          f"{args.batch}; torch threads {args.threads} per process, cpus {os.cpu_count()}")
     print(f"{'variant':28} {'median ms':>10} {'p10':>8} {'p90':>8}")
     for k, s in stats.items():
         print(f"{k:28} {s['median_us'] / 1e3:10.3f} {s['p10_us'] / 1e3:8.3f} "
@@ -203,6 +211,7 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"batch": args.batch, "width": args.width, "cpus": os.cpu_count(),
+             "threads": args.threads,
              "programs": one["programs"] | two["programs"], "stats": stats}, indent=1))
 
 
