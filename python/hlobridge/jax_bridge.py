@@ -149,6 +149,9 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
                 if leaf.device.type == "xla":
                     from hlobridge.lazy import call_jax_lazy
                     return call_jax_lazy(fn, leaves, treedef, t0)
+                if leaf.device.type == "cuda":
+                    from hlobridge.devices import call_jax_cuda
+                    return call_jax_cuda(fn, *args, **kwargs)
                 leaf, copied, track = _check_tensor(leaf, grad)
                 py_copies += copied
                 needs_grad |= track

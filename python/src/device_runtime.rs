@@ -237,6 +237,15 @@ pub fn device_compile(
     runtime: &DeviceRuntime,
     text: &str,
 ) -> PyResult<(Executable, bool)> {
+    // The one switch for CPU-only rewrites (host GEMM/conv kernels): a
+    // device runtime compiles the stitched text as it is.
+    if hlobridge::lower::host_lowering_for(runtime.client.platform_name()).is_some() {
+        return Err(ArgumentError::new_err(format!(
+            "device_compile is for device runtimes; the {} runtime compiles with \
+             hlobridge._native.compile",
+            runtime.client.platform_name()
+        )));
+    }
     let key = (runtime.client.raw() as usize, text.to_owned());
     let hit = lock(device_cache()).get(&key).cloned();
     if let Some(c) = hit {
