@@ -267,3 +267,45 @@ def known_targets() -> list[str]:
 
 def accelerators() -> dict[str, str | None]:
     """Paths of libtpu, the CUDA PJRT plugin and the CUDA data dir (or None)."""
+
+# --- device runtimes (python/src/device_runtime.rs) ---------------------------
+
+class DeviceRuntime:
+    """A device runtime beside the CPU one (``hlobridge.devices.runtime("cuda")``)."""
+
+    @property
+    def platform(self) -> str:
+        """Platform name (``cuda``, ...)."""
+    @property
+    def platform_version(self) -> str:
+        """Platform version string."""
+    @property
+    def device_count(self) -> int:
+        """Number of addressable devices."""
+    @property
+    def local_hardware_ids(self) -> list[int]:
+        """Local hardware ids (CUDA ordinals) of the addressable devices."""
+    @property
+    def plugin_path(self) -> str:
+        """Path of the loaded plugin."""
+
+def cuda_client_options(**options: object) -> list[tuple[str, object]]:
+    """The ``PJRT_Client_Create`` named values the CUDA runtime would get for
+    these options (after ``HLOBRIDGE_CUDA_*``). Needs no GPU."""
+
+def cuda_runtime(**options: object) -> DeviceRuntime:
+    """The process-wide CUDA runtime, created on first call. Without the
+    plugin: ``PluginNotFoundError``; without a usable GPU: ``PjrtError``;
+    other options than the ones it was created with: ``ArgumentError``."""
+
+def device_compile(runtime: DeviceRuntime, text: str) -> tuple[Executable, bool]:
+    """Compile module text on a device runtime (no host rewrites), or return
+    the cached executable. Returns ``(executable, cache_hit)``."""
+
+def execute_dlpack(
+    exe: Executable, capsules: Sequence[CapsuleType]
+) -> tuple[list[CapsuleType], int, int, float]:
+    """Run ``exe`` on unconsumed ``"dltensor"`` capsules (consumed; checked
+    against the executable's client: device type and id, dtype, density).
+    Returns ``(outputs, views, copies, seconds)``; outputs are capsules of
+    buffers that are ready."""
