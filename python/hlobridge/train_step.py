@@ -23,6 +23,13 @@ eager torch. :func:`compile_train_step` captures the whole step instead:
 Buffers the forward updates in place (BatchNorm running statistics) are
 returned by the program and written back. A batch of new shapes or dtypes
 traces and compiles again (one program per signature, cached).
+
+Data parallel (a ``DistributedDataParallel`` model or ``process_group=``,
+:mod:`hlobridge.data_parallel`): the traced step also holds the gradient
+all-reduce, and :mod:`hlobridge.collective_split` cuts it there into a
+gradient program and an update program, with the all-reduce run by
+``torch.distributed`` between them. Functional collectives in the loss or
+the optimizer are cut the same way.
 """
 
 from __future__ import annotations
