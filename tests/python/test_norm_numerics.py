@@ -21,6 +21,7 @@ The one-pass variance misses by 1e-3 to NaN there. Inputs are fresh
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -140,3 +141,26 @@ def test_train_step_with_offset_activations_matches_eager_accuracy() -> None:
         # The update (lr * grad) is what the gradient decides.
         p0 = before[name]
         _check(p - p0, a - p0, b - p0.double(), f"{name}'s update")
+
+
+@pytest.mark.parametrize("shape,dim,correction,keepdim", [
+    ((5, 7), None, None, False), ((5, 7), [0], 0, True), ((3, 4, 5), [0, 2], 1, False),
+    ((3, 4, 5), -1, 0, False), ((2, 3, 4, 5), [1, -1], 2, True), ((6,), [], None, False),
+    ((), None, 0, False), ((4, 1), [1], 1, False), ((0, 3), [0], 0, False),
+])
+def test_shifted_var_mean_is_torchs_var_mean(shape: tuple[int, ...], dim: object,
+                                             correction: object, keepdim: bool) -> None:
+    """The decomposition itself, run eagerly in float64 against
+    ``torch.var_mean``: same shapes, same values (NaN where torch's are)."""
+    from hlobridge.dynamo.engine import _var_mean_shifted
+
+    torch.manual_seed(14)
+    x = torch.randn(shape, dtype=torch.float64) * 3 + 50
+    got = _var_mean_shifted(x, dim, correction=correction, keepdim=keepdim)
+    with warnings.catch_warnings():  # torch warns on zero degrees of freedom
+        warnings.simplefilter("ignore")
+        want = torch.var_mean(x, dim, correction=correction,  # type: ignore[arg-type]
+                              keepdim=keepdim)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12, equal_nan=True)
