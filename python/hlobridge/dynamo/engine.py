@@ -210,7 +210,10 @@ def _var_mean_shifted(x: torch.Tensor, dim: Any = None, *, correction: Any = Non
     xc = x.to(get_computation_dtype(x.dtype))
     shift = xc
     for d in dims:
-        shift = shift.narrow(d, 0, 1) if xc.shape[d] > 0 else shift
+        if xc.shape[d] > 0:
+            shift = shift.narrow(d, 0, 1)
+        else:  # nothing to shift by; the statistics are NaN, as torch's
+            shift = shift.new_zeros([1 if i == d else n for i, n in enumerate(shift.shape)])
     shifted = xc - shift
     n = 1
     for d in dims:
