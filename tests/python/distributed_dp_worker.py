@@ -174,6 +174,13 @@ def case_train_step_ddp_no_sync() -> dict[str, Any]:
     return {"status": "ok"}
 
 
+def case_train_step_nested_ddp() -> dict[str, Any]:
+    """A DDP inside another module: its hooks would never fire; refused."""
+    outer = torch.nn.Sequential(DDP(mlp()))
+    hb.compile_train_step(outer, loss_fn, hb.optim.SGD(lr=0.1))
+    return {"status": "ok"}
+
+
 # -- torch.compile backend -----------------------------------------------------
 def _backend_vs_eager(model: torch.nn.Module, ref: torch.nn.Module,
                       params: Callable[[torch.nn.Module], torch.Tensor]) -> dict[str, Any]:
@@ -262,7 +269,8 @@ def case_backend_fsdp2() -> dict[str, Any]:
 
 CASES = [case_train_step_ddp_sgd, case_train_step_ddp_adam, case_train_step_process_group_sgd,
          case_train_step_process_group_adam, case_train_step_ddp_batchnorm,
-         case_train_step_ddp_small_buckets, case_train_step_ddp_no_sync, case_backend_ddp,
+         case_train_step_ddp_small_buckets, case_train_step_ddp_no_sync,
+         case_train_step_nested_ddp, case_backend_ddp,
          case_backend_ddp_bucket_split, case_backend_fsdp1, case_backend_fsdp2]
 
 if __name__ == "__main__":

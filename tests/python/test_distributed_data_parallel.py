@@ -10,7 +10,7 @@ different data on each rank, 3 training steps per case) check:
   step is two programs with the all-reduces between them; BatchNorm buffers
   follow DDP's ``broadcast_buffers``; a tiny ``bucket_cap_mb`` gives one
   all-reduce per gradient, all issued before the first wait;
-  ``ddp.no_sync()`` is refused by name;
+  ``ddp.no_sync()`` and a DDP nested in another module are refused by name;
 - ``torch.compile(..., backend="hlobridge")`` on DDP (default buckets and
   DDPOptimizer bucket splits), FSDP1 (``use_orig_params=True``) and FSDP2
   (``fully_shard`` per layer): parameters equal the same wrapper run
@@ -83,12 +83,18 @@ def test_train_step_matches_ddp_eager(ranks: list[dict[str, Any]], case: str) ->
             assert reduces == 1, where  # one 25 MiB bucket
 
 
-def test_train_step_refuses_no_sync(ranks: list[dict[str, Any]]) -> None:
+@pytest.mark.parametrize("case,words", [
+    ("train_step_ddp_no_sync", ("no_sync()",)),
+    ("train_step_nested_ddp", ("submodule '0'", "DistributedDataParallel over 2 ranks inside",
+                               "process_group="))])
+def test_train_step_refusals(ranks: list[dict[str, Any]], case: str,
+                             words: tuple[str, ...]) -> None:
     for r, rk in enumerate(ranks):
-        res = rk["train_step_ddp_no_sync"]
+        res = rk[case]
         assert res["status"] == "error", f"rank {r}: {res}"
         assert res["chain"][-1] == hbd.DistributedNotSupportedError.__name__, res
-        assert "no_sync()" in res["message"]
+        for w in words:
+            assert w in res["message"], f"rank {r}, {case}: {w!r} not in {res['message']!r}"
 
 
 @pytest.mark.parametrize("case,min_graphs", [("backend_ddp", 2), ("backend_ddp_bucket_split", 4),
