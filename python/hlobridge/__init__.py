@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from hlobridge.train_step import TrainStep, compile_train_step
     from hlobridge import optim
     from hlobridge import distributed, spmd
+    from hlobridge import devices, tpu_adapter
     from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
 
 _LAZY = {
@@ -70,6 +71,7 @@ _LAZY = {
 }
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
 _LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim",
+                 "devices": "hlobridge.devices", "tpu_adapter": "hlobridge.tpu_adapter",
                  "distributed": "hlobridge.distributed", "spmd": "hlobridge.spmd"}
 
 
@@ -128,6 +130,7 @@ __all__ = [
     "clear_cache",
     "compile_for",
     "compile_train_step",
+    "devices",
     "distributed",
     "format_module",
     "jax_to_pt",
@@ -140,5 +143,6 @@ __all__ = [
     "spmd",
     "stats",
     "stitch_program",
+    "tpu_adapter",
     "trace_pallas",
 ]

@@ -14,9 +14,9 @@ with tensors in and out by DLPack.
   capsules (zero-copy views, checked by the native side: device type, device
   id, dtype, density) and outputs come back as tensors on the same device
   aliasing the runtime's buffers.
-* :func:`call_jax_cuda` is ``hb.call_jax`` for CUDA tensors: the JAX
-  function is lowered for the ``cuda`` platform (no host rewrites: those
-  exist for the CPU plugin only) and run by :class:`DeviceProgram`.
+* ``hb.call_jax`` on CUDA tensors (:mod:`hlobridge.cuda_call`) lowers the
+  JAX function for the ``cuda`` platform (no host rewrites: those exist for
+  the CPU plugin only) and runs it with :class:`DeviceProgram`.
 
 Stream semantics on CUDA. The plugin runs programs on its own streams, and
 its clients differ in what they do with an external stream handed to a
@@ -33,19 +33,16 @@ each side of a program.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hlobridge import _native
 from hlobridge._native import ArgumentError
 
-__all__ = ["DeviceProgram", "call_jax_cuda", "cuda_client_options", "device_of", "run", "runtime"]
+__all__ = ["DeviceProgram", "cuda_client_options", "device_of", "run", "runtime"]
 
 _PLATFORMS = ("cpu", "cuda")
-_LOCK = threading.Lock()
-_LOWERED: dict[Any, tuple[Any, Any]] = {}
 
 
 def runtime(name: str = "cpu", **options: Any) -> Any:
@@ -194,37 +191,3 @@ def run(program: Any, *tensors: Any) -> list[Any]:
     """One-shot :class:`DeviceProgram` (compiled programs are cached by
     content on each runtime, so repeating a call does not recompile)."""
     return DeviceProgram(program)(*tensors)
-
-
-def call_jax_cuda(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``hb.call_jax(fn, *args, **kwargs)`` for CUDA tensors: ``fn`` is
-    lowered once per signature for the ``cuda`` platform and run on the CUDA
-    runtime; non-tensor leaves are static. Gradients are not supported on
-    this path yet (a tensor that requires grad under grad mode is an
-    :class:`ArgumentError`)."""
-    import torch
-    from jax import tree_util
-
-    from hlobridge.dtypes import DTYPES
-    from hlobridge.lowering import lower, segment_of
-
-    leaves, treedef = tree_util.tree_flatten((args, kwargs))
-    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-    for i, t in enumerate(tensors):
-        if t.requires_grad and torch.is_grad_enabled():
-            raise ArgumentError(f"call_jax on CUDA tensors: input {i} requires grad; gradients are "
-                                f"not supported on the CUDA path yet (detach it or use torch.no_grad())")
-        if t.dtype not in DTYPES:
-            raise _native.DtypeError(f"call_jax on CUDA tensors: unsupported dtype {t.dtype}")
-    sig = tuple((t.dtype, tuple(t.shape)) if isinstance(t, torch.Tensor) else (type(t), t) for t in leaves)
-    key = (fn, treedef, sig)
-    with _LOCK:
-        hit = _LOWERED.get(key)
-    if hit is None:
-        low = lower(fn, treedef, leaves, "cuda")
-        seg = segment_of(fn, low, "cuda", "", len(tensors), low.out_tree.num_leaves)
-        hit = (DeviceProgram(low.text, segments=(seg,)), low.out_tree)
-        with _LOCK:
-            _LOWERED.setdefault(key, hit)
-    prog, out_tree = hit
-    return out_tree.unflatten(prog(*tensors))

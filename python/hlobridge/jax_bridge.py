@@ -150,7 +150,7 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
                     from hlobridge.lazy import call_jax_lazy
                     return call_jax_lazy(fn, leaves, treedef, t0)
                 if leaf.device.type == "cuda":
-                    from hlobridge.devices import call_jax_cuda
+                    from hlobridge.cuda_call import call_jax_cuda
                     return call_jax_cuda(fn, *args, **kwargs)
                 leaf, copied, track = _check_tensor(leaf, grad)
                 py_copies += copied

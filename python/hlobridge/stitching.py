@@ -63,12 +63,18 @@ class StitchedProgram:
 
     def run(self, *tensors: Any) -> list[Any]:
         """Compile (once) and run on torch CPU tensors given in input order;
-        returns the outputs as torch tensors and records a receipt."""
+        returns the outputs as torch tensors and records a receipt. CUDA and
+        xla tensors run on their device (:class:`hlobridge.devices.DeviceProgram`)."""
         import torch
         from torch.utils.dlpack import from_dlpack
 
         from hlobridge.dtypes import CODES
 
+        if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in tensors):
+            # cuda tensors: the CUDA runtime; xla tensors: torch_xla's runtime.
+            from hlobridge.devices import DeviceProgram
+
+            return DeviceProgram(self)(*tensors)
         t0 = time.perf_counter()
         platform = _native.runtime().platform
         foreign = [k for k in self.kernels if k.backend != "interpret" and k.target != platform]

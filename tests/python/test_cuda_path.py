@@ -26,7 +26,8 @@ import torch
 
 import hlobridge as hb
 from hlobridge import _native
-from hlobridge.devices import DeviceProgram, call_jax_cuda, cuda_client_options, device_of, run, runtime
+from hlobridge.cuda_call import call_jax_cuda
+from hlobridge.devices import DeviceProgram, cuda_client_options, device_of, run, runtime
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 HAS_CUDA = torch.cuda.is_available()

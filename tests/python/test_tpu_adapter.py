@@ -139,3 +139,15 @@ def test_a_tpu_kernel_is_refused_on_the_cpu_runtime(gen):
     prog = hb.stitch_program([("a", ttype(a)), ("c", ttype(c))], [(seg, ["a", "c"], ["z"])], ["z"])
     with pytest.raises(hb.PallasLoweringError, match="torch_xla's cpu runtime"):
         TorchXlaProgram(prog)(a.to(DEV), c.to(DEV))
+
+
+def test_stitched_program_run_dispatches_xla_tensors(gen):
+    """``StitchedProgram.run`` on xla tensors goes through the adapter
+    (``hb.devices.DeviceProgram``), not the CPU runtime."""
+    prog, (x, b, w) = _program(gen)
+    z, col = prog.run(x.to(DEV), b.to(DEV), w.to(DEV))
+    assert z.device.type == "xla"
+    rz, rcol = jax.jit(_reference)(x.numpy(), b.numpy(), w.numpy())
+    close(z, rz, rtol=1e-4, atol=1e-4)
+    close(col, rcol, rtol=1e-4, atol=1e-4)
+    assert hb.devices.DeviceProgram is not None and hb.tpu_adapter.TorchXlaProgram is TorchXlaProgram
