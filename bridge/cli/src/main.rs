@@ -6,6 +6,7 @@ mod cmd_conform;
 mod cmd_fmt;
 mod cmd_inspect;
 mod cmd_run;
+mod cmd_serve;
 mod cmd_stitch;
 mod cmd_viz;
 mod compare;
@@ -51,6 +52,8 @@ enum Command {
     /// plugin) or the CPU; report memory vs capacity, fusions, kernels.
     /// Out-of-memory exits 2.
     Compile(cmd_compile::CompileArgs),
+    /// Serve an exported artifact over gRPC (Predict, Metadata, health).
+    Serve(cmd_serve::ServeArgs),
 }
 
 fn init_logging() {
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Stitch(a) => cmd_stitch::run(a),
         Command::Viz(a) => cmd_viz::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
         Command::Compile(a) => return cmd_compile::run(a),
         Command::Conform(a) => match cmd_conform::run(a) {
             Ok(code) => return code,

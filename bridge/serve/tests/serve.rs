@@ -1,0 +1,366 @@
+//! The gRPC service in-process on loopback: Predict (batched and not)
+//! against host arithmetic, Metadata, health, each bad request's status with
+//! the server still serving afterwards, bearer tokens, the public-address
+//! refusal, and a graceful shutdown.
+
+use hlobridge_deploy::writer::demo_artifact;
+use hlobridge_deploy::Model;
+use hlobridge_serve::pb::predictor_client::PredictorClient;
+use hlobridge_serve::pb::{MetadataRequest, PredictRequest, Tensor};
+use hlobridge_serve::{serve, ServeConfig, ServeError};
+use std::sync::Arc;
+use tonic::transport::Channel;
+use tonic::Code;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("hb-serve-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn x(rows: i64, seed: f32) -> (Vec<f32>, Tensor) {
+    let v: Vec<f32> = (0..rows * 3)
+        .map(|i| (i as f32 * 0.37 + seed).sin())
+        .collect();
+    let t = Tensor {
+        dtype: "f32".into(),
+        shape: vec![rows, 3],
+        data: f32s(&v),
+    };
+    (v, t)
+}
+
+fn req(inputs: Vec<(&str, Tensor)>) -> PredictRequest {
+    PredictRequest {
+        inputs: inputs
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    }
+}
+
+struct Running {
+    addr: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
+    let dir = tmp(name);
+    demo_artifact(&dir, buckets).unwrap();
+    let model = Arc::new(Model::load(&dir).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(async move {
+        serve(model, &cfg, listener, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    Running {
+        addr,
+        stop: Some(tx),
+        done,
+    }
+}
+
+async fn client(addr: &str) -> PredictorClient<Channel> {
+    for _ in 0..50 {
+        if let Ok(ch) = Channel::from_shared(addr.to_string())
+            .unwrap()
+            .connect()
+            .await
+        {
+            return PredictorClient::new(ch);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("server did not come up");
+}
+
+fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
+    let y = &out.outputs["y"];
+    let s = &out.outputs["s"];
+    assert_eq!(y.shape, vec![rows, 3]);
+    assert_eq!(s.shape, vec![rows]);
+    let yv: Vec<f32> = y
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let sv: Vec<f32> = s
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    for r in 0..rows as usize {
+        let mut sum = 0.0;
+        for c in 0..3 {
+            let want = xv[r * 3 + c] * (c as f32 + 1.0);
+            assert!((yv[r * 3 + c] - want).abs() <= 1e-6);
+            sum += want;
+        }
+        assert!((sv[r] - sum).abs() <= 1e-5);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predicts_metadata_health_and_bad_requests() {
+    let cfg = ServeConfig {
+        max_message_bytes: 4096,
+        ..ServeConfig::default()
+    };
+    let mut srv = start(&[1, 4], cfg, "basic").await;
+    let mut c = client(&srv.addr).await;
+    for rows in [1, 3, 4] {
+        let (xv, t) = x(rows, rows as f32);
+        let out = c.predict(req(vec![("x", t)])).await.unwrap().into_inner();
+        check(&xv, &out, rows);
+    }
+    let md = c.metadata(MetadataRequest {}).await.unwrap().into_inner();
+    assert!(md.content_hash.starts_with("sha256:"));
+    assert!(md.manifest_json.contains(&md.content_hash));
+
+    let (_, good) = x(2, 0.0);
+    let bad: Vec<(PredictRequest, Code)> = vec![
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    shape: vec![2, 4],
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    shape: vec![5, 3],
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    shape: vec![-2, 3],
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    dtype: "f64".into(),
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    dtype: "nonsense".into(),
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    data: vec![0; 7],
+                    ..good.clone()
+                },
+            )]),
+            Code::InvalidArgument,
+        ),
+        (req(vec![]), Code::InvalidArgument),
+        (
+            req(vec![("x", good.clone()), ("zz-request-data", good.clone())]),
+            Code::InvalidArgument,
+        ),
+        (
+            req(vec![(
+                "x",
+                Tensor {
+                    data: vec![0; 8000],
+                    shape: vec![4, 500],
+                    ..good.clone()
+                },
+            )]),
+            Code::OutOfRange,
+        ),
+    ];
+    for (r, code) in bad {
+        let e = c.predict(r).await.unwrap_err();
+        assert_eq!(e.code(), code, "{e:?}");
+        assert!(!e.message().contains("zz-request-data"));
+        // Still serving.
+        let (xv, t) = x(2, 1.0);
+        check(
+            &xv,
+            &c.predict(req(vec![("x", t)])).await.unwrap().into_inner(),
+            2,
+        );
+    }
+
+    let ch = Channel::from_shared(srv.addr.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+    let st = h
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "hlobridge.serve.v1.Predictor".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        st.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    // Concurrent requests of mixed sizes, batching off: each gets its own rows.
+    let mut tasks = Vec::new();
+    for k in 0..16 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let rows = 1 + k % 4;
+            let (xv, t) = x(rows, k as f32);
+            let out = c.predict(req(vec![("x", t)])).await.unwrap().into_inner();
+            check(&xv, &out, rows);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_splits_results_back() {
+    let cfg = ServeConfig {
+        batching: true,
+        max_delay: std::time::Duration::from_millis(20),
+        ..ServeConfig::default()
+    };
+    let mut srv = start(&[1, 2, 8], cfg, "batch").await;
+    let c = client(&srv.addr).await;
+    let mut tasks = Vec::new();
+    for k in 0..24 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let rows = 1 + k % 3;
+            let (xv, t) = x(rows, k as f32 * 0.1);
+            let out = c.predict(req(vec![("x", t)])).await.unwrap().into_inner();
+            check(&xv, &out, rows);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_token_and_public_address() {
+    let dir = tmp("tok");
+    std::fs::create_dir_all(&dir).unwrap();
+    let tf = dir.join("token");
+    std::fs::write(&tf, "s3cret-token-0123456789\n").unwrap();
+    let cfg = ServeConfig {
+        token_file: Some(tf.clone()),
+        ..ServeConfig::default()
+    };
+    let mut srv = start(&[2], cfg, "tokart").await;
+    let mut c = client(&srv.addr).await;
+    let (xv, t) = x(2, 0.5);
+    let e = c.predict(req(vec![("x", t.clone())])).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    let mut r = tonic::Request::new(req(vec![("x", t.clone())]));
+    r.metadata_mut().insert(
+        "authorization",
+        "Bearer wrong-token-0123456789".parse().unwrap(),
+    );
+    assert_eq!(
+        c.predict(r).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    let mut r = tonic::Request::new(req(vec![("x", t)]));
+    r.metadata_mut().insert(
+        "authorization",
+        "Bearer s3cret-token-0123456789".parse().unwrap(),
+    );
+    check(&xv, &c.predict(r).await.unwrap().into_inner(), 2);
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+
+    let public = ServeConfig {
+        addr: "0.0.0.0:0".parse().unwrap(),
+        ..ServeConfig::default()
+    };
+    assert!(matches!(public.security(), Err(ServeError::Config(_))));
+    let public = ServeConfig {
+        token_file: Some(tf),
+        ..public
+    };
+    assert!(public.security().unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_and_shutdown_while_busy() {
+    // Batching with a long delay holds requests in the worker, so shutdown
+    // starts while they are surely in flight.
+    let cfg = ServeConfig {
+        batching: true,
+        max_delay: std::time::Duration::from_millis(400),
+        ..ServeConfig::default()
+    };
+    let short = ServeConfig {
+        deadline: std::time::Duration::from_millis(50),
+        ..cfg.clone()
+    };
+    let mut srv = start(&[8], short, "deadline").await;
+    let mut c = client(&srv.addr).await;
+    let (_, t) = x(4, 0.0);
+    let e = c.predict(req(vec![("x", t)])).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded);
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+
+    let mut srv = start(&[8], cfg, "drain").await;
+    let c = client(&srv.addr).await;
+    let mut tasks = Vec::new();
+    for k in 0..3 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let (xv, t) = x(2, k as f32);
+            let out = c.predict(req(vec![("x", t)])).await.unwrap().into_inner();
+            check(&xv, &out, 2);
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    srv.stop.take().unwrap().send(()).unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    srv.done.await.unwrap().unwrap();
+}
