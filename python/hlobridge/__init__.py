@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from hlobridge.compile_for import TargetExecutable, compile_for
     from hlobridge.train_step import TrainStep, compile_train_step
     from hlobridge import optim
+    from hlobridge import export, serve
     from hlobridge import distributed, spmd
     from hlobridge import devices, tpu_adapter
     from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
@@ -72,7 +73,9 @@ _LAZY = {
 # Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
 _LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim",
                  "devices": "hlobridge.devices", "tpu_adapter": "hlobridge.tpu_adapter",
-                 "distributed": "hlobridge.distributed", "spmd": "hlobridge.spmd"}
+                 "distributed": "hlobridge.distributed", "spmd": "hlobridge.spmd",
+                 # `hb.export(...)` calls the module (hlobridge/export.py); `hb.serve.Client`.
+                 "export": "hlobridge.export", "serve": "hlobridge.serve"}
 
 
 def __getattr__(name: str) -> Any:
@@ -130,6 +133,7 @@ __all__ = [
     "clear_cache",
     "compile_for",
     "compile_train_step",
+    "export",
     "devices",
     "distributed",
     "format_module",
@@ -140,6 +144,7 @@ __all__ = [
     "pt_to_jax",
     "reset_stats",
     "runtime",
+    "serve",
     "spmd",
     "stats",
     "stitch_program",
