@@ -183,7 +183,8 @@ def stats() -> dict[str, int]:
     outputs, compiles (real PJRT compiles), cache_hits (in-memory),
     disk_cache_hits (executables loaded from the persistent cache, not
     compiles), executions, host_gemm_calls (matrix products compiled as
-    host GEMM kernel calls on the CPU plugin)."""
+    host GEMM kernel calls on the CPU plugin), host_conv_calls (convolutions
+    compiled as host convolution kernel calls)."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

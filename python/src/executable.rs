@@ -233,8 +233,10 @@ pub fn compile(
             let t0 = Instant::now();
             let lowered = lowering
                 .as_ref()
-                .and_then(|l| hlobridge::lower::lower_text_for_host(text, l));
-            if let Some((_, report)) = &lowered {
+                .and_then(|l| hlobridge::lower::lower_text_for_host_report(text, l));
+            if let Some((_, full)) = &lowered {
+                stats::HOST_CONV_CALLS.add(full.conv.rewritten as u64);
+                let report = &full.gemm;
                 stats::HOST_GEMM_CALLS.add(report.rewritten as u64);
                 tracing::debug!(rewritten = report.rewritten, products = report.products, "host GEMM lowering");
             }

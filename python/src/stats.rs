@@ -53,6 +53,9 @@ pub static EXECUTIONS: Counter = Counter::new();
 /// Matrix products compiled as host GEMM kernel calls (see
 /// `hlobridge::lower::host_gemm`), over all compiles.
 pub static HOST_GEMM_CALLS: Counter = Counter::new();
+/// Convolutions compiled as host convolution kernel calls (see
+/// `hlobridge::lower::host_conv`), over all compiles.
+pub static HOST_CONV_CALLS: Counter = Counter::new();
 
 const ALL: &[(&str, &Counter)] = &[
     ("input_views", &INPUT_VIEWS),
@@ -64,6 +67,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("disk_cache_hits", &DISK_CACHE_HITS),
     ("executions", &EXECUTIONS),
     ("host_gemm_calls", &HOST_GEMM_CALLS),
+    ("host_conv_calls", &HOST_CONV_CALLS),
 ];
 
 /// The counters as a `dict[str, int]`.

@@ -4,21 +4,26 @@
 //! on).
 
 pub mod collectives;
+pub mod host_conv;
 pub mod host_gemm;
 
 pub use collectives::{
     rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
 };
+pub use host_conv::{rewrite_host_conv, HostConvPolicy, HostConvReport};
 pub use host_gemm::{rewrite_host_gemm, HostGemmPolicy, HostGemmReport};
 
 use crate::{parse_module, print_module, PrintOptions};
 
 /// Settings of the host lowering, read from the environment:
-/// `HLOBRIDGE_HOST_GEMM=off` keeps every product with XLA.
+/// `HLOBRIDGE_HOST_GEMM=off` keeps every product with XLA, and
+/// `HLOBRIDGE_HOST_CONV=off` every convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostLowering {
     /// The host GEMM rewrite, if on.
     pub gemm: Option<HostGemmPolicy>,
+    /// The host convolution rewrite, if on.
+    pub conv: Option<HostConvPolicy>,
 }
 
 impl HostLowering {
@@ -32,13 +37,24 @@ impl HostLowering {
             Ok("all") => Some(HostGemmPolicy::all()),
             _ => Some(HostGemmPolicy::default()),
         };
-        HostLowering { gemm }
+        // `HLOBRIDGE_HOST_CONV`: `off` keeps every convolution with XLA,
+        // `all` rewrites every eligible one whatever its size.
+        let conv = match std::env::var("HLOBRIDGE_HOST_CONV").as_deref() {
+            Ok("0") | Ok("off") | Ok("false") | Ok("no") => None,
+            Ok("all") => Some(HostConvPolicy::all()),
+            _ => Some(HostConvPolicy::default()),
+        };
+        HostLowering { gemm, conv }
     }
 
     /// A short stable tag of these settings, for compile-cache keys (a
     /// program lowered differently must not share a cache entry).
     pub fn cache_tag(&self) -> String {
-        match self.gemm {
+        let conv = match self.conv {
+            Some(p) => format!("host_conv.v{}:{}", host_conv::REWRITE_VERSION, p.min_work),
+            None => String::new(),
+        };
+        let gemm = match self.gemm {
             Some(p) => format!(
                 "host_gemm.v{}:{}:{}:{}",
                 host_gemm::REWRITE_VERSION,
@@ -47,6 +63,11 @@ impl HostLowering {
                 p.min_side
             ),
             None => String::new(),
+        };
+        if conv.is_empty() {
+            gemm
+        } else {
+            format!("{gemm};{conv}")
         }
     }
 }
@@ -55,7 +76,7 @@ impl HostLowering {
     /// Whether any host rewrite is on (every CPU-only rewrite added to
     /// [`HostLowering`] must be counted here).
     pub fn any(&self) -> bool {
-        self.gemm.is_some()
+        self.gemm.is_some() || self.conv.is_some()
     }
 }
 
@@ -81,8 +102,26 @@ pub fn lower_text_for_host(
     text: &str,
     lowering: &HostLowering,
 ) -> Option<(String, HostGemmReport)> {
-    let policy = lowering.gemm?;
-    if !text.contains("dot") {
+    lower_text_for_host_report(text, lowering).map(|(t, r)| (t, r.gemm))
+}
+
+/// What [`lower_text_for_host_report`] rewrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostLoweringReport {
+    /// The host GEMM rewrite.
+    pub gemm: HostGemmReport,
+    /// The host convolution rewrite.
+    pub conv: HostConvReport,
+}
+
+/// [`lower_text_for_host`], with what each rewrite did.
+pub fn lower_text_for_host_report(
+    text: &str,
+    lowering: &HostLowering,
+) -> Option<(String, HostLoweringReport)> {
+    let gemm = lowering.gemm.filter(|_| text.contains("dot"));
+    let conv = lowering.conv.filter(|_| text.contains("convolution"));
+    if gemm.is_none() && conv.is_none() {
         return None;
     }
     let mut m = match parse_module(text) {
@@ -92,8 +131,14 @@ pub fn lower_text_for_host(
             return None;
         }
     };
-    let report = rewrite_host_gemm(&mut m, &policy);
-    if report.rewritten == 0 {
+    let mut report = HostLoweringReport::default();
+    if let Some(policy) = conv {
+        report.conv = rewrite_host_conv(&mut m, &policy);
+    }
+    if let Some(policy) = gemm {
+        report.gemm = rewrite_host_gemm(&mut m, &policy);
+    }
+    if report.gemm.rewritten == 0 && report.conv.rewritten == 0 {
         return None;
     }
     Some((print_module(&m, &PrintOptions::default()), report))

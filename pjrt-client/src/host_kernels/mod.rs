@@ -1,15 +1,18 @@
 //! Host kernels: native code that XLA:CPU runs as typed FFI custom calls,
 //! registered with the plugin through the PJRT FFI extension.
 //!
-//! Today there is one family, [`gemm`]: small and medium matrix products,
-//! which the CPU plugin's own dot runs slowly because it wakes its thread
-//! pool for them. Registration happens once per plugin, when a client for
+//! Two families: [`gemm`], small and medium matrix products, which the CPU
+//! plugin's own dot runs slowly because it wakes its thread pool for them;
+//! and [`conv`], convolutions as im2col plus that GEMM, in the operands'
+//! own layout (no NCHW/NHWC transposes). Registration happens once per plugin, when a client for
 //! the `cpu` platform is created; programs use the kernels only after the
-//! bridge's `host_gemm` rewrite has turned dots into calls to them.
+//! bridge's `host_gemm` / `host_conv` rewrites have turned dots and
+//! convolutions into calls to them.
 //!
 //! `HLOBRIDGE_HOST_KERNELS=0` turns registration off (and with it the
 //! rewrite, since [`HostKernels::gemm`] is then false).
 
+pub mod conv;
 pub mod donation;
 pub mod fp_env;
 mod frame;
@@ -29,7 +32,8 @@ pub const HOST_PLATFORM: &str = "Host";
 /// Which host kernels a plugin has registered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostKernels {
-    /// The `hlobridge_gemm_*` targets are registered.
+    /// The `hlobridge_gemm_*` targets are registered (and `hlobridge_conv`
+    /// with them: registration is all or nothing).
     pub gemm: bool,
     /// Why they are not, when they are not.
     pub reason: Option<String>,
@@ -105,12 +109,21 @@ fn ffi_extension(api: &Api) -> Result<&PJRT_FFI_Extension> {
     })
 }
 
+/// A host kernel's FFI entry point.
+type HostHandler =
+    unsafe extern "C" fn(*mut xla_ffi::XLA_FFI_CallFrame) -> *mut xla_ffi::XLA_FFI_Error;
+
 fn register_all(api: &Api) -> Result<()> {
     let ext = ffi_extension(api)?;
     let register = ext.register_handler.ok_or(Error::Unsupported {
         function: "PJRT_FFI_Register_Handler",
     })?;
-    for ((name, _, _), handler) in gemm::TARGETS.iter().zip(gemm::HANDLERS) {
+    let conv = [(conv::TARGET, conv::conv_handler as HostHandler)];
+    let gemm = gemm::TARGETS
+        .iter()
+        .zip(gemm::HANDLERS)
+        .map(|((name, _, _), h)| (*name, h as HostHandler));
+    for (name, handler) in gemm.chain(conv) {
         let mut args = PJRT_FFI_Register_Handler_Args {
             struct_size: ffi::PJRT_FFI_Register_Handler_Args_STRUCT_SIZE,
             target_name: name.as_ptr().cast(),

@@ -1,0 +1,411 @@
+//! Rewrites convolutions for the runtime's host convolution kernel.
+//!
+//! On the CPU plugin, hlobridge registers `hlobridge_conv` as an XLA FFI
+//! custom call (see `pjrt-client`'s `host_kernels::conv`: im2col plus the
+//! host GEMM, reading and writing every operand in its own layout). This
+//! pass turns each `stablehlo.convolution` the kernel runs exactly into
+//!
+//! ```text
+//! %cfg = stablehlo.constant dense<[...]> : tensor<Kxi64>
+//! %r = stablehlo.custom_call @hlobridge_conv(%lhs, %rhs, %cfg) {api_version = 4 : i32}
+//! ```
+//!
+//! with the op's operands, result type, location and other discardable
+//! attributes unchanged. `%cfg` carries the dimension numbers, strides,
+//! padding, dilations, window reversal and feature group count, in the
+//! layout `host_kernels::conv::ConvConfig` documents (version
+//! [`CONFIG_VERSION`] first).
+//!
+//! Taken: 1 to 3 spatial dimensions; f32 or f64 operands and result of one
+//! element type; static shapes; `batch_group_count = 1` (the depthwise
+//! weight gradient keeps XLA's convolution); any dimension permutation,
+//! stride, padding (negative too), lhs and rhs dilation, reversal and
+//! feature group count; the result shape must be the one XLA infers. The
+//! precision config is met (the kernel computes in the operands' full
+//! precision). Convolutions with fewer than [`HostConvPolicy::min_work`]
+//! multiply-adds stay with XLA.
+
+use crate::dialects::common::{get_bool_array, get_i64_array};
+use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
+use crate::Module;
+use smallvec::SmallVec;
+
+/// Bump whenever the rewrite's output for a given input changes (part of
+/// compile-cache keys, see `HostLowering::cache_tag`).
+pub const REWRITE_VERSION: u32 = 1;
+
+/// The layout version of the config operand (must equal the kernel's
+/// `host_kernels::conv::CONFIG_VERSION`).
+pub const CONFIG_VERSION: i64 = 1;
+
+/// The custom-call target.
+pub const TARGET: &str = "hlobridge_conv";
+
+/// Which convolutions the rewrite takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostConvPolicy {
+    /// Smallest number of multiply-adds to rewrite.
+    pub min_work: u64,
+}
+
+impl Default for HostConvPolicy {
+    /// Below ~4k multiply-adds a convolution is XLA's inline loop and a
+    /// call costs more than it saves.
+    fn default() -> Self {
+        HostConvPolicy { min_work: 1 << 12 }
+    }
+}
+
+impl HostConvPolicy {
+    /// Every eligible convolution, whatever its size.
+    pub fn all() -> Self {
+        HostConvPolicy { min_work: 0 }
+    }
+}
+
+/// What [`rewrite_host_conv`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostConvReport {
+    /// Convolutions turned into host kernel calls.
+    pub rewritten: usize,
+    /// Convolutions seen.
+    pub convolutions: usize,
+}
+
+/// One admitted convolution: its config operand values.
+struct Conv {
+    config: Vec<i64>,
+}
+
+/// Rewrites every convolution `policy` admits (see module docs).
+pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvReport {
+    let mut report = HostConvReport::default();
+    let mut plan: Vec<(OpId, Conv)> = Vec::new();
+    for i in 0..m.ops.len() {
+        let op = OpId(i as u32);
+        if m.op_name(op) != "stablehlo.convolution" || m.op(op).parent.is_none() {
+            continue;
+        }
+        report.convolutions += 1;
+        if let Some(c) = classify(m, op, policy) {
+            plan.push((op, c));
+        }
+    }
+    if plan.is_empty() {
+        return report;
+    }
+    let i32t = m.int_type(32);
+    let i64t = m.int_type(64);
+    let names = Names {
+        custom_call: m.sym("stablehlo.custom_call"),
+        constant: m.sym("stablehlo.constant"),
+        value: m.sym("value"),
+        api_version: m.sym("api_version"),
+        call_target_name: m.sym("call_target_name"),
+        api_value: m.add_attr(Attribute::Integer {
+            text: "4".into(),
+            ty: Some(i32t),
+        }),
+        target: m.add_attr(Attribute::String {
+            escaped: TARGET.into(),
+            ty: None,
+        }),
+        i64t,
+    };
+    for (op, c) in plan {
+        apply(m, op, c, &names);
+        report.rewritten += 1;
+    }
+    tracing::debug!(?report, "host convolution rewrite");
+    report
+}
+
+/// Static dims and float kind (f32 or f64) of a ranked tensor value.
+fn tensor_of(m: &Module, v: ValueId) -> Option<(&[i64], FloatKind)> {
+    match m.ty(m.value_type(v)) {
+        Type::Tensor {
+            dims,
+            elem,
+            encoding: None,
+        } if dims.iter().all(|&d| d >= 0) => match m.ty(*elem) {
+            Type::Float(k @ (FloatKind::F32 | FloatKind::F64)) => Some((dims.as_slice(), *k)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]` (the canonical text inside
+/// `stablehlo.conv<...>`) → each side's `[batch|in, feature|out, spatial...]`
+/// dimension indices.
+pub(crate) fn read_conv_dims(text: &str) -> Option<[Vec<usize>; 3]> {
+    let body = text.strip_prefix("stablehlo.conv<")?.strip_suffix('>')?;
+    let (lhs, rest) = body.split_once("x[")?;
+    let (rhs, out) = rest.split_once("->")?;
+    let group = |g: &str, first: &str, second: &str| -> Option<Vec<usize>> {
+        let g = g.trim().strip_prefix('[').unwrap_or(g.trim());
+        let g = g.strip_suffix(']')?;
+        let toks: Vec<&str> = g.split(',').map(str::trim).collect();
+        let rank = toks.len();
+        let nsp = rank.checked_sub(2)?;
+        let mut dims = vec![usize::MAX; rank];
+        for (pos, t) in toks.iter().enumerate() {
+            let slot = if *t == first {
+                0
+            } else if *t == second {
+                1
+            } else {
+                2 + t.parse::<usize>().ok().filter(|&s| s < nsp)?
+            };
+            if dims[slot] != usize::MAX {
+                return None;
+            }
+            dims[slot] = pos;
+        }
+        Some(dims)
+    };
+    let l = group(lhs, "b", "f")?;
+    let r = group(rhs, "i", "o")?;
+    let o = group(out, "b", "f")?;
+    (l.len() == r.len() && l.len() == o.len()).then_some([l, r, o])
+}
+
+/// The `Nx2` values of a `dense<..> : tensor<Nx2xi64>` padding attribute.
+fn read_padding(m: &Module, a: crate::ir::AttrId, n: usize) -> Option<Vec<i64>> {
+    let Attribute::Dense { body, ty } = m.attr(a) else {
+        return None;
+    };
+    let Type::Tensor {
+        dims,
+        elem,
+        encoding: None,
+    } = m.ty(*ty)
+    else {
+        return None;
+    };
+    if !matches!(m.ty(*elem), Type::Integer { width: 64, .. }) || dims.as_slice() != [n as i64, 2] {
+        return None;
+    }
+    let vals: Vec<i64> = body
+        .split(['[', ']', ',', ' ', '\n', '\t'])
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<i64>().ok())
+        .collect::<Option<_>>()?;
+    if vals.len() == 1 && !body.trim().starts_with('[') {
+        return Some(vec![vals[0]; 2 * n]);
+    }
+    (vals.len() == 2 * n).then_some(vals)
+}
+
+/// An integer attribute's value (absent: `default`).
+fn int_attr(m: &Module, op: OpId, name: &str, default: i64) -> Option<i64> {
+    match m.op_attr(op, name) {
+        None => Some(default),
+        Some(a) => match m.attr(a) {
+            Attribute::Integer { text, .. } => text.parse().ok(),
+            _ => None,
+        },
+    }
+}
+
+/// An `array<i64>` window attribute (absent: `default` in every dim).
+fn window_attr(m: &Module, op: OpId, name: &str, n: usize, default: i64) -> Option<Vec<i64>> {
+    match m.op_attr(op, name) {
+        None => Some(vec![default; n]),
+        Some(a) => {
+            let v = if name == "window_reversal" {
+                get_bool_array(m, a)?
+            } else {
+                get_i64_array(m, a)?
+            };
+            (v.len() == n).then(|| v.to_vec())
+        }
+    }
+}
+
+/// XLA's output size of one spatial dimension.
+fn output_size(input: i64, window: i64, s: i64, lo: i64, hi: i64, ld: i64, rd: i64) -> Option<i64> {
+    let dilated = if input == 0 {
+        0
+    } else {
+        (input - 1).checked_mul(ld)?.checked_add(1)?
+    };
+    let padded = dilated.checked_add(lo)?.checked_add(hi)?;
+    let win = if window == 0 {
+        0
+    } else {
+        (window - 1).checked_mul(rd)?.checked_add(1)?
+    };
+    Some(if padded < win || padded < 0 {
+        0
+    } else {
+        (padded - win) / s + 1
+    })
+}
+
+/// The call for `op` if the kernel runs it exactly and the policy admits it.
+fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
+    let o = m.op(op);
+    if o.operands.len() != 2 || o.results.len() != 1 || !o.regions.is_empty() {
+        return None;
+    }
+    let (ld, lk) = tensor_of(m, o.operands[0])?;
+    let (rd, rk) = tensor_of(m, o.operands[1])?;
+    let (od, ok) = tensor_of(m, o.results[0])?;
+    if lk != rk || lk != ok {
+        return None;
+    }
+    let Attribute::Opaque(text) = m.attr(m.op_attr(op, "dimension_numbers")?) else {
+        return None;
+    };
+    let [l, r, y] = read_conv_dims(text)?;
+    let rank = l.len();
+    let nsp = rank - 2;
+    if !(1..=3).contains(&nsp) || ld.len() != rank || rd.len() != rank || od.len() != rank {
+        return None;
+    }
+    if int_attr(m, op, "batch_group_count", 1)? != 1 {
+        return None;
+    }
+    let groups = int_attr(m, op, "feature_group_count", 1)?;
+    let stride = window_attr(m, op, "window_strides", nsp, 1)?;
+    let lhs_dil = window_attr(m, op, "lhs_dilation", nsp, 1)?;
+    let rhs_dil = window_attr(m, op, "rhs_dilation", nsp, 1)?;
+    let rev = window_attr(m, op, "window_reversal", nsp, 0)?;
+    let pad = match m.op_attr(op, "padding") {
+        None => vec![0; 2 * nsp],
+        Some(a) => read_padding(m, a, nsp)?,
+    };
+    if groups < 1
+        || stride
+            .iter()
+            .chain(&lhs_dil)
+            .chain(&rhs_dil)
+            .any(|&s| s < 1)
+    {
+        return None;
+    }
+    // Shapes: features split into groups, batch kept, spatial sizes XLA's.
+    let (n, c) = (ld[l[0]], ld[l[1]]);
+    let (ki, ko) = (rd[r[0]], rd[r[1]]);
+    if c != ki.checked_mul(groups)? || ko % groups != 0 || od[y[0]] != n || od[y[1]] != ko {
+        return None;
+    }
+    let mut positions: u64 = 1;
+    let mut taps: u64 = 1;
+    for i in 0..nsp {
+        let want = output_size(
+            ld[l[2 + i]],
+            rd[r[2 + i]],
+            stride[i],
+            pad[2 * i],
+            pad[2 * i + 1],
+            lhs_dil[i],
+            rhs_dil[i],
+        )?;
+        if want != od[y[2 + i]] {
+            return None;
+        }
+        positions = positions.checked_mul(want as u64)?;
+        taps = taps.checked_mul(rd[r[2 + i]] as u64)?;
+    }
+    let work = [n as u64, positions, ko as u64, taps, ki as u64]
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))?;
+    if work < policy.min_work {
+        return None;
+    }
+    let mut config = vec![CONFIG_VERSION, nsp as i64, groups];
+    for d in [&l, &r, &y] {
+        config.extend(d.iter().map(|&x| x as i64));
+    }
+    config.extend(&stride);
+    config.extend((0..nsp).map(|i| pad[2 * i]));
+    config.extend((0..nsp).map(|i| pad[2 * i + 1]));
+    config.extend(&lhs_dil);
+    config.extend(&rhs_dil);
+    config.extend(rev.iter().map(|&v| (v != 0) as i64));
+    Some(Conv { config })
+}
+
+/// Interned names and attributes shared by every rewritten op.
+struct Names {
+    custom_call: crate::intern::Sym,
+    constant: crate::intern::Sym,
+    value: crate::intern::Sym,
+    api_version: crate::intern::Sym,
+    call_target_name: crate::intern::Sym,
+    api_value: crate::ir::AttrId,
+    target: crate::ir::AttrId,
+    i64t: crate::ir::TypeId,
+}
+
+/// The op's own attributes, which the config operand now carries: dropped
+/// from the call (whether stored as properties or discardable attributes).
+const CONV_ATTRS: &[&str] = &[
+    "batch_group_count",
+    "dimension_numbers",
+    "feature_group_count",
+    "lhs_dilation",
+    "padding",
+    "precision_config",
+    "rhs_dilation",
+    "window_reversal",
+    "window_strides",
+];
+
+/// Rewrites `op` into the host convolution call with config `c`.
+fn apply(m: &mut Module, op: OpId, c: Conv, names: &Names) {
+    let block = m.op(op).parent.expect("classified ops are placed");
+    let loc = m.op(op).loc;
+    let pos = m.blocks[block.index()]
+        .ops
+        .iter()
+        .position(|&x| x == op)
+        .expect("op in its block");
+    let ty = m.intern_type(Type::Tensor {
+        dims: SmallVec::from_slice(&[c.config.len() as i64]),
+        elem: names.i64t,
+        encoding: None,
+    });
+    let mut body = String::from("[");
+    for (i, v) in c.config.iter().enumerate() {
+        if i > 0 {
+            body.push_str(", ");
+        }
+        body.push_str(&v.to_string());
+    }
+    body.push(']');
+    let value = m.add_attr(Attribute::Dense {
+        body: body.into(),
+        ty,
+    });
+    let k = m.add_op(names.constant);
+    m.op_mut(k).props = SmallVec::from_slice(&[NamedAttr {
+        name: names.value,
+        value,
+    }]);
+    m.op_mut(k).loc = loc;
+    let cfg = m.add_result(k, ty, None);
+    m.blocks[block.index()].ops.insert(pos, k);
+    m.op_mut(k).parent = Some(block);
+    let drop: Vec<crate::intern::Sym> =
+        CONV_ATTRS.iter().filter_map(|n| m.strings.get(n)).collect();
+    let o = m.op_mut(op);
+    o.name = names.custom_call;
+    o.operands.push(cfg);
+    o.props = SmallVec::from_slice(&[
+        NamedAttr {
+            name: names.api_version,
+            value: names.api_value,
+        },
+        NamedAttr {
+            name: names.call_target_name,
+            value: names.target,
+        },
+    ]);
+    o.attrs.retain(|a| !drop.contains(&a.name));
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Unit tests of the host convolution rewrite: which convolutions it takes
+//! (forward, both backward forms, groups), which it leaves with XLA, that
+//! the config operand encodes the attributes, that the output parses back,
+//! and a snapshot of the printed form.
+
+use super::*;
+use crate::{parse_module, print_module, PrintOptions};
+
+fn rewrite(text: &str) -> (String, HostConvReport) {
+    let mut m = parse_module(text).expect("parse");
+    let r = rewrite_host_conv(&mut m, &HostConvPolicy::default());
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    (out, r)
+}
+
+/// A ResNet block's three convolutions as torch_xla lowers them: forward
+/// (NCHW), input gradient (lhs dilation, HWOI kernel) and weight gradient
+/// (`[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]`, rhs dilation).
+const RESNET: &str = r#"func.func public @main(%x: tensor<16x64x8x8xf32>, %w: tensor<128x64x3x3xf32>, %dy: tensor<16x128x4x4xf32>, %wt: tensor<3x3x64x128xf32>) -> (tensor<16x128x4x4xf32>, tensor<16x64x8x8xf32>, tensor<3x3x64x128xf32>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [2, 2], pad = [[1, 1], [1, 1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64, precision_config = [#stablehlo<precision DEFAULT>, #stablehlo<precision DEFAULT>]} : (tensor<16x64x8x8xf32>, tensor<128x64x3x3xf32>) -> tensor<16x128x4x4xf32>
+  %1 = stablehlo.convolution(%dy, %wt) dim_numbers = [b, f, 0, 1]x[0, 1, o, i]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 2], [1, 2]], lhs_dilate = [2, 2], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x128x4x4xf32>, tensor<3x3x64x128xf32>) -> tensor<16x64x8x8xf32>
+  %2 = stablehlo.convolution(%x, %dy) dim_numbers = [f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f], window = {stride = [1, 1], pad = [[1, 0], [1, 0]], lhs_dilate = [1, 1], rhs_dilate = [2, 2], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x64x8x8xf32>, tensor<16x128x4x4xf32>) -> tensor<3x3x64x128xf32>
+  return %0, %1, %2 : tensor<16x128x4x4xf32>, tensor<16x64x8x8xf32>, tensor<3x3x64x128xf32>
+}"#;
+
+#[test]
+fn resnet_convolutions_become_host_conv_calls() {
+    let (out, r) = rewrite(RESNET);
+    assert_eq!(
+        r,
+        HostConvReport {
+            rewritten: 3,
+            convolutions: 3
+        }
+    );
+    assert_eq!(out.matches("@hlobridge_conv(").count(), 3, "{out}");
+    assert!(!out.contains("stablehlo.convolution"), "{out}");
+    assert!(!out.contains("feature_group_count"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+/// The config operand of the single convolution in `text`.
+fn config_of(text: &str) -> Vec<i64> {
+    let (out, r) = rewrite(text);
+    assert_eq!(r.rewritten, 1, "{out}");
+    let body = out
+        .split("dense<")
+        .nth(1)
+        .and_then(|s| s.split_once('>'))
+        .map(|(b, _)| b.to_string())
+        .expect("config constant");
+    body.trim_matches(['[', ']'])
+        .split(',')
+        .map(|t| t.trim().parse().unwrap())
+        .collect()
+}
+
+fn one(lhs: &str, rhs: &str, out: &str, dims: &str, window: &str, attrs: &str) -> String {
+    format!(
+        "func.func @f(%a: {lhs}, %b: {rhs}) -> {out} {{\n  %0 = stablehlo.convolution(%a, %b) dim_numbers = {dims}, window = {{{window}}} {{{attrs}}} : ({lhs}, {rhs}) -> {out}\n  return %0 : {out}\n}}"
+    )
+}
+
+#[test]
+fn config_carries_every_attribute() {
+    // NHWC, grouped, reversed, negative padding, both dilations.
+    let text = one(
+        "tensor<2x9x10x8xf64>",
+        "tensor<3x2x4x6xf64>",
+        "tensor<2x3x19x6xf64>",
+        "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]",
+        "stride = [2, 1], pad = [[2, -1], [0, 1]], lhs_dilate = [1, 2], rhs_dilate = [2, 1], reverse = [true, false]",
+        "batch_group_count = 1 : i64, feature_group_count = 2 : i64",
+    );
+    assert_eq!(
+        config_of(&text),
+        vec![
+            CONFIG_VERSION,
+            2,
+            2,
+            0,
+            3,
+            1,
+            2, // lhs b, f, 0, 1
+            2,
+            3,
+            0,
+            1, // rhs i, o, 0, 1
+            0,
+            3,
+            1,
+            2, // out b, f, 0, 1
+            2,
+            1, // stride
+            2,
+            0, // pad lo
+            -1,
+            1, // pad hi
+            1,
+            2, // lhs dilation
+            2,
+            1, // rhs dilation
+            1,
+            0, // reversal
+        ]
+    );
+}
+
+#[test]
+fn conv1d_and_defaults_are_taken() {
+    let text = "func.func @f(%a: tensor<4x16x50xf32>, %b: tensor<32x16x5xf32>) -> tensor<4x32x46xf32> {\n  %0 = stablehlo.convolution(%a, %b) dim_numbers = [b, f, 0]x[o, i, 0]->[b, f, 0], window = {} : (tensor<4x16x50xf32>, tensor<32x16x5xf32>) -> tensor<4x32x46xf32>\n  return %0 : tensor<4x32x46xf32>\n}";
+    assert_eq!(
+        config_of(text),
+        vec![
+            CONFIG_VERSION,
+            1,
+            1,
+            0,
+            1,
+            2,
+            1,
+            0,
+            2,
+            0,
+            1,
+            2,
+            1,
+            0,
+            0,
+            1,
+            1,
+            0
+        ]
+    );
+}
+
+#[test]
+fn convolutions_the_kernel_does_not_run_stay() {
+    let nchw = "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]";
+    let cases = [
+        // batch groups (the depthwise weight gradient)
+        one(
+            "tensor<8x16x6x6xf32>",
+            "tensor<16x1x3x3xf32>",
+            "tensor<1x16x4x4xf32>",
+            "[f, b, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]",
+            "",
+            "batch_group_count = 16 : i64, feature_group_count = 1 : i64",
+        ),
+        // bf16
+        one(
+            "tensor<8x16x6x6xbf16>",
+            "tensor<16x16x3x3xbf16>",
+            "tensor<8x16x4x4xbf16>",
+            nchw,
+            "",
+            "",
+        ),
+        // mixed element types
+        one(
+            "tensor<8x16x6x6xf32>",
+            "tensor<16x16x3x3xf32>",
+            "tensor<8x16x4x4xf64>",
+            nchw,
+            "",
+            "",
+        ),
+        // dynamic batch
+        one(
+            "tensor<?x16x6x6xf32>",
+            "tensor<16x16x3x3xf32>",
+            "tensor<?x16x4x4xf32>",
+            nchw,
+            "",
+            "",
+        ),
+        // result shape not XLA's (inconsistent)
+        one(
+            "tensor<8x16x6x6xf32>",
+            "tensor<16x16x3x3xf32>",
+            "tensor<8x16x5x5xf32>",
+            nchw,
+            "",
+            "",
+        ),
+        // 4 spatial dims
+        one(
+            "tensor<2x4x5x5x5x5xf32>",
+            "tensor<8x4x2x2x2x2xf32>",
+            "tensor<2x8x4x4x4x4xf32>",
+            "[b, f, 0, 1, 2, 3]x[o, i, 0, 1, 2, 3]->[b, f, 0, 1, 2, 3]",
+            "",
+            "",
+        ),
+        // tiny: XLA's inline loop
+        one(
+            "tensor<1x2x4x4xf32>",
+            "tensor<2x2x3x3xf32>",
+            "tensor<1x2x2x2xf32>",
+            nchw,
+            "",
+            "",
+        ),
+    ];
+    for text in cases {
+        let (printed, r) = rewrite(&text);
+        assert_eq!(r.rewritten, 0, "rewrote:\n{printed}");
+        assert_eq!(r.convolutions, 1, "{text}");
+        assert!(printed.contains("stablehlo.convolution"), "{printed}");
+    }
+}
+
+#[test]
+fn dimension_numbers_are_read_in_every_order() {
+    assert_eq!(
+        read_conv_dims("stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"),
+        Some([vec![0, 1, 2, 3], vec![1, 0, 2, 3], vec![0, 1, 2, 3]])
+    );
+    assert_eq!(
+        read_conv_dims("stablehlo.conv<[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]>"),
+        Some([vec![1, 0, 2, 3], vec![0, 1, 2, 3], vec![2, 3, 0, 1]])
+    );
+    assert_eq!(
+        read_conv_dims("stablehlo.conv<[b, 1, 0, f]x[1, 0, i, o]->[f, 1, 0, b]>"),
+        Some([vec![0, 3, 2, 1], vec![2, 3, 1, 0], vec![3, 0, 2, 1]])
+    );
+    assert_eq!(
+        read_conv_dims("stablehlo.conv<[b, f, 0, 0]x[o, i, 0, 1]->[b, f, 0, 1]>"),
+        None
+    );
+    assert_eq!(
+        read_conv_dims("#stablehlo.conv<raw input_batch_dimension = 0>"),
+        None
+    );
+}

@@ -1,0 +1,855 @@
+//! `hlobridge_conv`: a host convolution (f32, f64) that XLA:CPU runs as a
+//! typed FFI custom call, as im2col plus the host GEMM.
+//!
+//! The bridge's `host_conv` rewrite turns a `stablehlo.convolution` into
+//! `custom_call @hlobridge_conv(%lhs, %rhs, %config)`, where `%config` is a
+//! constant `tensor<Kxi64>` that carries everything the op's attributes say
+//! (see [`ConvConfig`] for its layout). Operands and result keep the op's
+//! own shapes and dimension order: the kernel reads and writes every
+//! dimension through its stride, so any `dimension_numbers` permutation
+//! (NCHW, NHWC, the `[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]` of a weight
+//! gradient, ...) costs no transpose.
+//!
+//! Semantics are XLA's: output position `o` and window tap `k` read the
+//! input at `o·stride + k'·rhs_dilation − pad_lo` of the lhs-dilated input
+//! (`k' = K−1−k` where the window is reversed), which must fall on an
+//! undilated input element; feature groups split the input and output
+//! features. `batch_group_count > 1` is not taken by the rewrite.
+//!
+//! How: the weights are packed once per call as one `[taps·Cin/G, Cout/G]`
+//! matrix per group; the output positions (batch × spatial) are cut into
+//! row chunks; for each chunk and group, the input patches are gathered
+//! into a `[rows, taps·Cin/G]` matrix (zeros where the window hangs over
+//! padding) and multiplied by the packed weights with `matrixmultiply`,
+//! writing the result rows straight into the output when their offsets
+//! step evenly (NHWC-like outputs), through a small scatter otherwise.
+//! Chunks are posted for waiting threads (see [`donation`](super::donation)),
+//! like the GEMM kernel's row blocks. Depthwise convolutions (one input
+//! feature per group) skip the GEMM: each output is a short dot over the
+//! window taps.
+//!
+//! Why: XLA:CPU's convolutions transpose every NCHW operand to NHWC and
+//! back, and run small-spatial convolutions (a 3×3 window over a 2×2 or
+//! 1×1 image, ResNet's last stages) through a slow generic loop: 40 ms
+//! for one `16x512x1x1 ⊛ 512x512x3x3` where the product is 40 MFLOP.
+
+#![allow(non_upper_case_globals)]
+
+use super::frame::{handle, BufferView, Frame};
+use super::gemm::GemmElement;
+use super::xla_ffi::*;
+use std::sync::Arc;
+
+/// `XLA_FFI_DataType` of the config operand (XLA's `S64`).
+const XLA_FFI_DataType_S64: XLA_FFI_DataType = 5;
+
+/// The registered target name.
+pub const TARGET: &str = "hlobridge_conv";
+
+/// Version tag, the first element of the config operand: the bridge and
+/// the kernel must agree on the layout.
+pub const CONFIG_VERSION: i64 = 1;
+
+/// Most spatial dimensions taken.
+pub const MAX_SPATIAL: usize = 3;
+
+/// The handler registered for [`TARGET`].
+///
+/// # Safety
+/// Called by XLA with its own call frame.
+pub unsafe extern "C" fn conv_handler(f: *mut XLA_FFI_CallFrame) -> *mut XLA_FFI_Error {
+    // SAFETY: XLA calls handlers with its own call frame.
+    unsafe { handle(f, run) }
+}
+
+/// A convolution's attributes, as the config operand carries them:
+///
+/// `[CONFIG_VERSION, nsp, feature_group_count,
+///   lhs_batch, lhs_feature, lhs_spatial[nsp],
+///   rhs_in_feature, rhs_out_feature, rhs_spatial[nsp],
+///   out_batch, out_feature, out_spatial[nsp],
+///   stride[nsp], pad_lo[nsp], pad_hi[nsp], lhs_dilation[nsp],
+///   rhs_dilation[nsp], reversal[nsp] (0/1)]`,
+///
+/// `9 + 9·nsp` values; the dimension entries are dimension indices of the
+/// lhs, rhs and result (the op's `dimension_numbers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvConfig {
+    /// `feature_group_count`.
+    pub groups: i64,
+    /// Lhs dims: `[batch, feature, spatial...]`.
+    pub lhs: Vec<usize>,
+    /// Rhs dims: `[input feature, output feature, spatial...]`.
+    pub rhs: Vec<usize>,
+    /// Result dims: `[batch, feature, spatial...]`.
+    pub out: Vec<usize>,
+    /// Window strides.
+    pub stride: Vec<i64>,
+    /// Low padding (may be negative).
+    pub pad_lo: Vec<i64>,
+    /// High padding (may be negative).
+    pub pad_hi: Vec<i64>,
+    /// Input (lhs) dilation.
+    pub lhs_dilation: Vec<i64>,
+    /// Window (rhs) dilation.
+    pub rhs_dilation: Vec<i64>,
+    /// Window reversal.
+    pub reverse: Vec<bool>,
+}
+
+impl ConvConfig {
+    /// Number of spatial dimensions.
+    pub fn spatial(&self) -> usize {
+        self.stride.len()
+    }
+
+    /// The operand encoding (see the type's docs).
+    pub fn encode(&self) -> Vec<i64> {
+        let nsp = self.spatial();
+        let mut v = vec![CONFIG_VERSION, nsp as i64, self.groups];
+        for dims in [&self.lhs, &self.rhs, &self.out] {
+            v.extend(dims.iter().map(|&d| d as i64));
+        }
+        for xs in [
+            &self.stride,
+            &self.pad_lo,
+            &self.pad_hi,
+            &self.lhs_dilation,
+            &self.rhs_dilation,
+        ] {
+            v.extend_from_slice(xs);
+        }
+        v.extend(self.reverse.iter().map(|&r| r as i64));
+        v
+    }
+
+    /// Reads the operand encoding back; checks its length and ranges.
+    pub fn decode(v: &[i64]) -> Result<ConvConfig, String> {
+        if v.len() < 3 || v[0] != CONFIG_VERSION {
+            return Err(format!(
+                "hlobridge_conv: config operand is not version {CONFIG_VERSION}: {v:?}"
+            ));
+        }
+        let nsp = usize::try_from(v[1])
+            .ok()
+            .filter(|&n| (1..=MAX_SPATIAL).contains(&n))
+            .ok_or_else(|| format!("hlobridge_conv: {} spatial dims (1..=3 taken)", v[1]))?;
+        if v.len() != 9 + 9 * nsp {
+            return Err(format!(
+                "hlobridge_conv: config has {} values, expected {} for {nsp} spatial dims",
+                v.len(),
+                9 + 9 * nsp
+            ));
+        }
+        let rank = nsp + 2;
+        let mut at = 3;
+        let mut dims = || -> Result<Vec<usize>, String> {
+            let d: Vec<usize> = v[at..at + rank]
+                .iter()
+                .map(|&x| usize::try_from(x).ok().filter(|&x| x < rank))
+                .collect::<Option<_>>()
+                .ok_or_else(|| format!("hlobridge_conv: bad dimension numbers {v:?}"))?;
+            let mut seen = vec![false; rank];
+            for &x in &d {
+                if std::mem::replace(&mut seen[x], true) {
+                    return Err(format!("hlobridge_conv: repeated dimension in {v:?}"));
+                }
+            }
+            at += rank;
+            Ok(d)
+        };
+        let (lhs, rhs, out) = (dims()?, dims()?, dims()?);
+        let mut at = 3 + 3 * rank;
+        let mut take = || {
+            let s = v[at..at + nsp].to_vec();
+            at += nsp;
+            s
+        };
+        let (stride, pad_lo, pad_hi, lhs_dilation, rhs_dilation, rev) =
+            (take(), take(), take(), take(), take(), take());
+        if stride
+            .iter()
+            .chain(&lhs_dilation)
+            .chain(&rhs_dilation)
+            .any(|&s| s < 1)
+            || v[2] < 1
+        {
+            return Err(format!(
+                "hlobridge_conv: strides, dilations and groups must be >= 1: {v:?}"
+            ));
+        }
+        Ok(ConvConfig {
+            groups: v[2],
+            lhs,
+            rhs,
+            out,
+            stride,
+            pad_lo,
+            pad_hi,
+            lhs_dilation,
+            rhs_dilation,
+            reverse: rev.iter().map(|&r| r != 0).collect(),
+        })
+    }
+}
+
+/// The output size of one spatial dimension (XLA's shape inference), or
+/// `None` if it does not fit in `i64`.
+pub fn output_size(
+    input: i64,
+    window: i64,
+    stride: i64,
+    pad_lo: i64,
+    pad_hi: i64,
+    lhs_dilation: i64,
+    rhs_dilation: i64,
+) -> Option<i64> {
+    let dilated = if input == 0 {
+        0
+    } else {
+        (input - 1).checked_mul(lhs_dilation)?.checked_add(1)?
+    };
+    let padded = dilated.checked_add(pad_lo)?.checked_add(pad_hi)?;
+    let win = if window == 0 {
+        0
+    } else {
+        (window - 1).checked_mul(rhs_dilation)?.checked_add(1)?
+    };
+    Some(if padded < win || padded < 0 {
+        0
+    } else {
+        (padded - win) / stride + 1
+    })
+}
+
+fn row_major_strides(dims: &[i64]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1] as usize;
+    }
+    s
+}
+
+/// Everything one call computes before touching data: sizes, strides and
+/// the per-position / per-tap offset tables.
+#[derive(Debug)]
+pub struct ConvPlan {
+    /// Feature groups.
+    pub groups: usize,
+    /// Input features per group.
+    pub cin_g: usize,
+    /// Output features per group.
+    pub cout_g: usize,
+    /// Live window taps: those that read the input at some output position
+    /// (a 3×3 window over a 1×1 image with padding 1 has one).
+    pub taps: usize,
+    /// Column order of the patch matrix: `(feature, tap)` when true,
+    /// `(tap, feature)` when false.
+    pub feature_major: bool,
+    /// `Some((row stride, column stride))` when the weights are read as the
+    /// GEMM's right matrix in place; `None`: packed per call.
+    pub weights_in_place: Option<(usize, usize)>,
+    /// Output rows: batch × output positions.
+    pub rows: usize,
+    /// Elements of the result.
+    pub out_len: usize,
+    /// Lhs stride of the feature dim.
+    lhs_f: usize,
+    /// Rhs strides of the input-feature and output-feature dims.
+    rhs_i: usize,
+    rhs_o: usize,
+    /// Result stride of the feature dim.
+    out_f: usize,
+    /// For each row: lhs offset of its batch entry, and its output position.
+    row_lhs: Vec<usize>,
+    row_pos: Vec<u32>,
+    /// For each row: result offset (feature 0).
+    row_out: Vec<usize>,
+    /// `Some(step)` when `row_out` steps evenly: the GEMM writes the result
+    /// directly.
+    out_step: Option<usize>,
+    /// `[position][tap]`: lhs spatial offset, or `usize::MAX` where the tap
+    /// reads padding (or a hole of the lhs dilation).
+    tap_off: Vec<usize>,
+    /// For each live tap: rhs spatial offset (unreversed window index).
+    tap_rhs: Vec<usize>,
+}
+
+impl ConvPlan {
+    /// Checks the operand dims against `cfg` and builds the plan.
+    pub fn new(
+        cfg: &ConvConfig,
+        lhs: &[i64],
+        rhs: &[i64],
+        out: &[i64],
+    ) -> Result<ConvPlan, String> {
+        let nsp = cfg.spatial();
+        let rank = nsp + 2;
+        if lhs.len() != rank || rhs.len() != rank || out.len() != rank {
+            return Err(format!(
+                "hlobridge_conv: ranks must be {rank}: lhs {lhs:?}, rhs {rhs:?}, result {out:?}"
+            ));
+        }
+        if lhs.iter().chain(rhs).chain(out).any(|&d| d < 0) {
+            return Err(format!(
+                "hlobridge_conv: negative dimension in lhs {lhs:?}, rhs {rhs:?}, result {out:?}"
+            ));
+        }
+        let g = cfg.groups as usize;
+        let (n, c) = (lhs[cfg.lhs[0]], lhs[cfg.lhs[1]]);
+        let (ki, ko) = (rhs[cfg.rhs[0]], rhs[cfg.rhs[1]]);
+        let (on, of) = (out[cfg.out[0]], out[cfg.out[1]]);
+        let bad = || {
+            format!(
+                "hlobridge_conv: shapes do not match the convolution: lhs {lhs:?}, rhs {rhs:?}, \
+                 result {out:?}, {cfg:?}"
+            )
+        };
+        if c != ki * g as i64 || ko % g as i64 != 0 || on != n || of != ko {
+            return Err(bad());
+        }
+        let ins: Vec<i64> = (0..nsp).map(|i| lhs[cfg.lhs[2 + i]]).collect();
+        let ks: Vec<i64> = (0..nsp).map(|i| rhs[cfg.rhs[2 + i]]).collect();
+        let os: Vec<i64> = (0..nsp).map(|i| out[cfg.out[2 + i]]).collect();
+        for i in 0..nsp {
+            let want = output_size(
+                ins[i],
+                ks[i],
+                cfg.stride[i],
+                cfg.pad_lo[i],
+                cfg.pad_hi[i],
+                cfg.lhs_dilation[i],
+                cfg.rhs_dilation[i],
+            );
+            if want != Some(os[i]) {
+                return Err(bad());
+            }
+        }
+        let (ls, rs, ys) = (
+            row_major_strides(lhs),
+            row_major_strides(rhs),
+            row_major_strides(out),
+        );
+        let positions: usize = os.iter().map(|&d| d as usize).product();
+        let taps: usize = ks.iter().map(|&d| d as usize).product();
+        let rows = (n as usize)
+            .checked_mul(positions)
+            .ok_or("hlobridge_conv: output too large")?;
+        let out_len: usize = out.iter().map(|&d| d as usize).product();
+        if positions > u32::MAX as usize {
+            return Err("hlobridge_conv: too many output positions".into());
+        }
+        // Position / tap tables.
+        let table = positions
+            .checked_mul(taps)
+            .ok_or("hlobridge_conv: window table too large")?;
+        let mut tap_off = alloc_vec::<usize>(table, usize::MAX)?;
+        let mut tap_rhs = alloc_vec::<usize>(taps, 0)?;
+        let unravel = |mut x: usize, sizes: &[i64], idx: &mut [i64]| {
+            for i in (0..sizes.len()).rev() {
+                let s = sizes[i] as usize;
+                idx[i] = (x % s) as i64;
+                x /= s;
+            }
+        };
+        let mut kidx = vec![0i64; nsp];
+        let mut oidx = vec![0i64; nsp];
+        for (t, slot) in tap_rhs.iter_mut().enumerate() {
+            unravel(t, &ks, &mut kidx);
+            *slot = (0..nsp)
+                .map(|i| kidx[i] as usize * rs[cfg.rhs[2 + i]])
+                .sum();
+        }
+        for p in 0..positions {
+            unravel(p, &os, &mut oidx);
+            for t in 0..taps {
+                unravel(t, &ks, &mut kidx);
+                let mut off = 0usize;
+                let mut ok = true;
+                for i in 0..nsp {
+                    let k = if cfg.reverse[i] {
+                        ks[i] - 1 - kidx[i]
+                    } else {
+                        kidx[i]
+                    };
+                    let pos = oidx[i] * cfg.stride[i] + k * cfg.rhs_dilation[i] - cfg.pad_lo[i];
+                    let d = cfg.lhs_dilation[i];
+                    if pos < 0 || pos % d != 0 || pos / d >= ins[i] {
+                        ok = false;
+                        break;
+                    }
+                    off += (pos / d) as usize * ls[cfg.lhs[2 + i]];
+                }
+                if ok {
+                    tap_off[p * taps + t] = off;
+                }
+            }
+        }
+        // Keep only live taps.
+        let live: Vec<usize> = (0..taps)
+            .filter(|&t| (0..positions).any(|p| tap_off[p * taps + t] != usize::MAX))
+            .collect();
+        let all_live = live.len() == taps;
+        if !all_live {
+            let nl = live.len();
+            let mut compact = alloc_vec::<usize>(positions * nl, usize::MAX)?;
+            for p in 0..positions {
+                for (li, &t) in live.iter().enumerate() {
+                    compact[p * nl + li] = tap_off[p * taps + t];
+                }
+            }
+            tap_off = compact;
+            tap_rhs = live.iter().map(|&t| tap_rhs[t]).collect();
+        }
+        let taps = live.len();
+        let cin = ki as usize;
+        // The patch matrix's column order, and whether the weights can be
+        // read in place: their (feature, tap) or (tap, feature) index must
+        // step evenly (OIHW weights: feature-major; HWIO: tap-major).
+        let (rhs_i, lhs_f) = (rs[cfg.rhs[0]], ls[cfg.lhs[1]]);
+        let tap_step = if taps > 1 {
+            let st = tap_rhs[1];
+            (tap_rhs.iter().enumerate().all(|(t, &o)| o == t * st)).then_some(st)
+        } else {
+            Some(rhs_i * cin.max(1))
+        };
+        let direct = |feature_major: bool| -> Option<(usize, usize)> {
+            let st = tap_step.filter(|_| all_live)?;
+            let rsb = if feature_major {
+                (cin <= 1 || taps <= 1 || rhs_i == taps * st).then_some(if taps > 1 {
+                    st
+                } else {
+                    rhs_i
+                })?
+            } else {
+                (cin <= 1 || taps <= 1 || st == cin * rhs_i).then_some(if cin > 1 {
+                    rhs_i
+                } else {
+                    st
+                })?
+            };
+            Some((rsb, rs[cfg.rhs[1]]))
+        };
+        // Contiguous input features gather fastest tap by tap.
+        let prefer_fm = lhs_f != 1;
+        let (feature_major, weights_in_place) = match direct(prefer_fm) {
+            Some(d) => (prefer_fm, Some(d)),
+            None => match direct(!prefer_fm) {
+                Some(d) => (!prefer_fm, Some(d)),
+                None => (prefer_fm, None),
+            },
+        };
+        // Rows: batch-major or position-major, whichever makes the result
+        // offsets step evenly (then the GEMM writes in place).
+        let pos_out: Vec<usize> = (0..positions)
+            .map(|p| {
+                unravel(p, &os, &mut oidx);
+                (0..nsp)
+                    .map(|i| oidx[i] as usize * ys[cfg.out[2 + i]])
+                    .sum()
+            })
+            .collect();
+        let (yb, lb) = (ys[cfg.out[0]], ls[cfg.lhs[0]]);
+        let n = n as usize;
+        let even = |offs: &[usize]| -> Option<usize> {
+            if offs.len() < 2 {
+                return Some(1);
+            }
+            let step = offs[1].wrapping_sub(offs[0]);
+            (offs[0] == 0 && offs.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step))
+                .then_some(step)
+        };
+        let mut row_out = alloc_vec::<usize>(rows, 0)?;
+        let mut row_lhs = alloc_vec::<usize>(rows, 0)?;
+        let mut row_pos = alloc_vec::<u32>(rows, 0)?;
+        let fill =
+            |pos_major: bool, row_out: &mut [usize], row_lhs: &mut [usize], row_pos: &mut [u32]| {
+                for b in 0..n {
+                    for (p, &po) in pos_out.iter().enumerate() {
+                        let r = if pos_major {
+                            p * n + b
+                        } else {
+                            b * positions + p
+                        };
+                        row_out[r] = b * yb + po;
+                        row_lhs[r] = b * lb;
+                        row_pos[r] = p as u32;
+                    }
+                }
+            };
+        fill(false, &mut row_out, &mut row_lhs, &mut row_pos);
+        let mut out_step = even(&row_out);
+        if out_step.is_none() {
+            fill(true, &mut row_out, &mut row_lhs, &mut row_pos);
+            out_step = even(&row_out);
+            if out_step.is_none() {
+                fill(false, &mut row_out, &mut row_lhs, &mut row_pos);
+            }
+        }
+        Ok(ConvPlan {
+            groups: g,
+            cin_g: cin,
+            cout_g: (ko as usize) / g.max(1),
+            taps,
+            feature_major,
+            weights_in_place,
+            rows,
+            out_len,
+            lhs_f: ls[cfg.lhs[1]],
+            rhs_i: rs[cfg.rhs[0]],
+            rhs_o: rs[cfg.rhs[1]],
+            out_f: ys[cfg.out[1]],
+            row_lhs,
+            row_pos,
+            row_out,
+            out_step,
+            tap_off,
+            tap_rhs,
+        })
+    }
+
+    /// The patch-matrix column of live tap `t`, input feature `ci`.
+    #[inline]
+    pub fn column(&self, t: usize, ci: usize) -> usize {
+        if self.feature_major {
+            ci * self.taps + t
+        } else {
+            t * self.cin_g + ci
+        }
+    }
+
+    /// Length of a packed column (the GEMM's inner dimension).
+    pub fn kdim(&self) -> usize {
+        self.taps * self.cin_g
+    }
+
+    /// Multiply-adds of the whole convolution.
+    pub fn work(&self) -> usize {
+        self.rows
+            .saturating_mul(self.groups)
+            .saturating_mul(self.cout_g)
+            .saturating_mul(self.kdim())
+    }
+
+    /// Whether the result rows are written in place (no scatter).
+    pub fn writes_in_place(&self) -> bool {
+        self.out_step.is_some()
+    }
+}
+
+/// A vector of `n` copies of `v`; allocation failure is an error, not an
+/// abort of the plugin's process.
+fn alloc_vec<T: Clone>(n: usize, v: T) -> Result<Vec<T>, String> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| {
+        format!(
+            "Out of memory allocating {} bytes (host convolution scratch)",
+            n.saturating_mul(std::mem::size_of::<T>())
+        )
+    })?;
+    out.resize(n, v);
+    Ok(out)
+}
+
+fn run(fr: &Frame<'_>) -> Result<(), String> {
+    if fr.arity() != (3, 1) {
+        return Err(format!(
+            "hlobridge_conv takes 3 operands and 1 result, got {:?}",
+            fr.arity()
+        ));
+    }
+    let (x, w, cfg, y) = (fr.arg(0)?, fr.arg(1)?, fr.arg(2)?, fr.ret(0)?);
+    if cfg.dtype != XLA_FFI_DataType_S64 || cfg.dims.len() != 1 || cfg.data.is_null() {
+        return Err("hlobridge_conv: operand 2 must be the i64 config vector".into());
+    }
+    // SAFETY: a rank-1 s64 buffer of dims[0] elements.
+    let raw = unsafe { std::slice::from_raw_parts(cfg.data as *const i64, cfg.dims[0] as usize) };
+    let cfg = ConvConfig::decode(raw)?;
+    if x.dtype != w.dtype || x.dtype != y.dtype {
+        return Err(format!(
+            "hlobridge_conv: element types differ: {} {} -> {}",
+            x.dtype, w.dtype, y.dtype
+        ));
+    }
+    let plan = ConvPlan::new(&cfg, x.dims, w.dims, y.dims)?;
+    for (what, v) in [("lhs", &x), ("rhs", &w), ("result", &y)] {
+        if v.data.is_null() && v.dims.iter().all(|&d| d > 0) {
+            return Err(format!("hlobridge_conv: {what} buffer is null"));
+        }
+    }
+    match x.dtype {
+        // SAFETY: the plan was checked against the buffers' dims, which are
+        // XLA's row-major allocations.
+        XLA_FFI_DataType_F32 => unsafe { conv_typed::<f32>(&plan, &x, &w, &y) },
+        // SAFETY: as above.
+        XLA_FFI_DataType_F64 => unsafe { conv_typed::<f64>(&plan, &x, &w, &y) },
+        other => Err(format!(
+            "hlobridge_conv supports f32 and f64, got XLA_FFI_DataType {other}"
+        )),
+    }
+}
+
+/// Element types the convolution runs in.
+pub trait ConvElement:
+    GemmElement + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
+{
+}
+impl ConvElement for f32 {}
+impl ConvElement for f64 {}
+
+/// Convolutions of at least this many multiply-adds post their row chunks
+/// for waiting threads (see `donation`); same threshold as the GEMM's.
+const DONATE_WORK: usize = 1 << 19;
+/// ... and wake sleeping ones at this many.
+const WAKE_WORK: usize = 1 << 23;
+/// Target size of one chunk's patch matrix, in elements.
+const CHUNK_ELEMS: usize = 1 << 17;
+/// Fewest rows in a chunk (the GEMM wants tall blocks).
+const MIN_CHUNK_ROWS: usize = 32;
+
+/// Runs the convolution of `plan` on typed buffers.
+///
+/// # Safety
+/// `x`, `w`, `y` must be row-major buffers of the dims the plan was built
+/// from, and `y` must not overlap `x` or `w`.
+pub(crate) unsafe fn conv_typed<T: ConvElement + 'static>(
+    plan: &ConvPlan,
+    x: &BufferView<'_>,
+    w: &BufferView<'_>,
+    y: &BufferView<'_>,
+) -> Result<(), String> {
+    let yp = y.data as *mut T;
+    if plan.out_len == 0 {
+        return Ok(());
+    }
+    if plan.kdim() == 0 {
+        // SAFETY: the result holds out_len elements.
+        unsafe { std::slice::from_raw_parts_mut(yp, plan.out_len).fill(T::default()) };
+        return Ok(());
+    }
+    let (g, cin, cout, taps, kdim) = (plan.groups, plan.cin_g, plan.cout_g, plan.taps, plan.kdim());
+    // One input feature per group (and several groups): a direct dot over
+    // the window taps beats a GEMM whose inner dimension is the tap count.
+    let depthwise = cin == 1 && g > 1;
+    // Packed weights (unless read in place): per group a [kdim, cout]
+    // row-major matrix, rows in the patch matrix's column order.
+    let wp = w.data as *const T;
+    let packed = if plan.weights_in_place.is_none() || depthwise {
+        let mut packed = alloc_vec::<T>(g * kdim * cout, T::default())?;
+        for gi in 0..g {
+            for t in 0..taps {
+                for ci in 0..cin {
+                    let col = plan.column(t, ci);
+                    let row = &mut packed[(gi * kdim + col) * cout..][..cout];
+                    for (j, slot) in row.iter_mut().enumerate() {
+                        let off = (gi * cout + j) * plan.rhs_o + ci * plan.rhs_i + plan.tap_rhs[t];
+                        // SAFETY: every index is inside the rhs dims.
+                        *slot = unsafe { *wp.add(off) };
+                    }
+                }
+            }
+        }
+        packed
+    } else {
+        Vec::new()
+    };
+    let chunk_rows = if depthwise {
+        plan.rows.clamp(1, 256)
+    } else {
+        (CHUNK_ELEMS / kdim).max(MIN_CHUNK_ROWS)
+    };
+    let mut chunks = plan.rows.div_ceil(chunk_rows);
+    let work = plan.work();
+    let donate = super::donation::enabled() && work >= DONATE_WORK;
+    let chunk_rows = if donate && chunks < 2 && plan.rows >= 2 * 8 {
+        chunks = 2;
+        plan.rows.div_ceil(2)
+    } else {
+        chunk_rows
+    };
+    let ctx = Arc::new(Ctx {
+        plan: plan as *const ConvPlan as usize,
+        x: x.data as usize,
+        w: wp as usize,
+        y: yp as usize,
+        packed,
+        chunk_rows,
+    });
+    let body = {
+        let ctx = ctx.clone();
+        move |i: usize| {
+            // SAFETY: `ctx.plan` and the buffers outlive every chunk: the
+            // caller below returns only after all chunks have finished.
+            unsafe { ctx.chunk(i, depthwise) }
+        }
+    };
+    if donate {
+        super::donation::run_shared(chunks, work >= WAKE_WORK, body)
+    } else {
+        for i in 0..chunks {
+            body(i);
+        }
+        Ok(())
+    }
+}
+
+/// What every chunk of one call shares.
+struct Ctx<T> {
+    /// `&ConvPlan`, alive for the call.
+    plan: usize,
+    /// Lhs base address.
+    x: usize,
+    /// Rhs base address.
+    w: usize,
+    /// Result base address.
+    y: usize,
+    packed: Vec<T>,
+    chunk_rows: usize,
+}
+
+impl<T: ConvElement> Ctx<T> {
+    /// Rows `i·chunk_rows ..` of the result, every group.
+    ///
+    /// # Safety
+    /// The plan and buffers must be alive; chunks write disjoint rows.
+    unsafe fn chunk(&self, i: usize, depthwise: bool) {
+        // SAFETY: see the caller's contract.
+        let plan = unsafe { &*(self.plan as *const ConvPlan) };
+        let r0 = i * self.chunk_rows;
+        if r0 >= plan.rows {
+            return;
+        }
+        let mr = self.chunk_rows.min(plan.rows - r0);
+        let (cin, cout, taps, kdim) = (plan.cin_g, plan.cout_g, plan.taps, plan.kdim());
+        let x = self.x as *const T;
+        let y = self.y as *mut T;
+        if depthwise {
+            for r in r0..r0 + mr {
+                let offs = &plan.tap_off[plan.row_pos[r] as usize * taps..][..taps];
+                for gi in 0..plan.groups {
+                    let base = plan.row_lhs[r] + gi * plan.lhs_f;
+                    let wg = &self.packed[gi * taps * cout..][..taps * cout];
+                    for j in 0..cout {
+                        let mut acc = T::default();
+                        for (t, &o) in offs.iter().enumerate() {
+                            if o != usize::MAX {
+                                // SAFETY: the plan's offsets lie inside the lhs.
+                                acc = acc + unsafe { *x.add(base + o) } * wg[t * cout + j];
+                            }
+                        }
+                        // SAFETY: row r, feature gi·cout + j lies inside the result.
+                        unsafe { *y.add(plan.row_out[r] + (gi * cout + j) * plan.out_f) = acc };
+                    }
+                }
+            }
+            return;
+        }
+        let mut cols: Vec<T> = Vec::new();
+        if cols.try_reserve_exact(mr * kdim).is_err() {
+            panic!("out of memory allocating a host convolution patch matrix");
+        }
+        cols.resize(mr * kdim, T::default());
+        let mut tmp: Vec<T> = Vec::new();
+        if plan.out_step.is_none() {
+            if tmp.try_reserve_exact(mr * cout).is_err() {
+                panic!("out of memory allocating a host convolution result block");
+            }
+            tmp.resize(mr * cout, T::default());
+        }
+        for gi in 0..plan.groups {
+            let fbase = gi * cin * plan.lhs_f;
+            for (k, r) in (r0..r0 + mr).enumerate() {
+                let offs = &plan.tap_off[plan.row_pos[r] as usize * taps..][..taps];
+                let dst = &mut cols[k * kdim..][..kdim];
+                let base = plan.row_lhs[r] + fbase;
+                if plan.feature_major {
+                    for ci in 0..cin {
+                        let src = base + ci * plan.lhs_f;
+                        for (v, &o) in dst[ci * taps..][..taps].iter_mut().zip(offs) {
+                            *v = if o == usize::MAX {
+                                T::default()
+                            } else {
+                                // SAFETY: the plan's offsets lie inside the lhs.
+                                unsafe { *x.add(src + o) }
+                            };
+                        }
+                    }
+                } else {
+                    for (t, &o) in offs.iter().enumerate() {
+                        let d = &mut dst[t * cin..][..cin];
+                        if o == usize::MAX {
+                            d.fill(T::default());
+                        } else if plan.lhs_f == 1 {
+                            // SAFETY: cin contiguous features inside the lhs.
+                            let s = unsafe { std::slice::from_raw_parts(x.add(base + o), cin) };
+                            d.copy_from_slice(s);
+                        } else {
+                            let src = base + o;
+                            for (ci, v) in d.iter_mut().enumerate() {
+                                // SAFETY: feature ci of this group lies inside the lhs.
+                                *v = unsafe { *x.add(src + ci * plan.lhs_f) };
+                            }
+                        }
+                    }
+                }
+            }
+            let (wg, rsb, csb) = match plan.weights_in_place {
+                // SAFETY: group gi's output features start here.
+                Some((rsb, csb)) => (
+                    unsafe { (self.w as *const T).add(gi * cout * plan.rhs_o) },
+                    rsb as isize,
+                    csb as isize,
+                ),
+                None => (self.packed[gi * kdim * cout..].as_ptr(), cout as isize, 1),
+            };
+            match plan.out_step {
+                Some(step) => {
+                    // SAFETY: rows r0..r0+mr of features gi·cout.. lie inside
+                    // the result at these strides; chunks write disjoint rows.
+                    unsafe {
+                        <T as GemmElement>::mul(
+                            mr,
+                            kdim,
+                            cout,
+                            cols.as_ptr(),
+                            kdim as isize,
+                            1,
+                            wg,
+                            rsb,
+                            csb,
+                            y.add(plan.row_out[r0] + gi * cout * plan.out_f),
+                            step as isize,
+                            plan.out_f as isize,
+                        )
+                    }
+                }
+                None => {
+                    // SAFETY: the local matrices have these sizes.
+                    unsafe {
+                        <T as GemmElement>::mul(
+                            mr,
+                            kdim,
+                            cout,
+                            cols.as_ptr(),
+                            kdim as isize,
+                            1,
+                            wg,
+                            rsb,
+                            csb,
+                            tmp.as_mut_ptr(),
+                            cout as isize,
+                            1,
+                        )
+                    }
+                    for (k, r) in (r0..r0 + mr).enumerate() {
+                        let o = plan.row_out[r] + gi * cout * plan.out_f;
+                        for (j, &v) in tmp[k * cout..][..cout].iter().enumerate() {
+                            // SAFETY: row r, feature gi·cout + j lies inside the result.
+                            unsafe { *y.add(o + j * plan.out_f) = v };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
