@@ -73,3 +73,7 @@ def stop_server(proc: subprocess.Popen[str]) -> int:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
