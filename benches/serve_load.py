@@ -56,7 +56,7 @@ def run_clients(addr: str, model: Hybrid, clients: int, total: int, seconds: flo
     def worker(seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
         mine: list[float] = []
-        with hb.serve.Client(addr) as c:
+        with hb.serve.Client(addr) as c, torch.no_grad():  # grad mode is per thread
             for _ in range(per):
                 if time.perf_counter() > stop_at:
                     break
