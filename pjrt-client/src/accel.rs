@@ -1,7 +1,10 @@
 //! Finding accelerator compilers for deviceless compilation: libtpu (the
 //! `libtpu` pip package), the CUDA PJRT plugin (`jax-cuda12-pjrt`, its
-//! `jax_plugins/xla_cuda12` package) and the CUDA toolkit pieces it needs
-//! (`ptxas`, `libdevice` from `nvidia-cuda-nvcc-cu12`).
+//! `jax_plugins/xla_cuda12` package), the CUDA toolkit pieces it needs
+//! (`ptxas`, `libdevice` from `nvidia-cuda-nvcc-cu12`) and the Mosaic GPU
+//! runtime (`jax-cuda12-plugin`'s `libmosaic_gpu_runtime.so`), whose host
+//! symbols a Pallas Mosaic GPU kernel's custom call resolves at compile
+//! time.
 //!
 //! Search order for each: an explicit environment variable
 //! (`TPU_LIBRARY_PATH`, `HLOBRIDGE_CUDA_PLUGIN`, `HLOBRIDGE_CUDA_DATA_DIR`),
@@ -65,6 +68,9 @@ pub const CUDA_PLUGIN_REL: &str = "jax_plugins/xla_cuda12/xla_cuda_plugin.so";
 /// accel dir / site-packages.
 pub const CUDA_DATA_REL: &str = "nvidia/cuda_nvcc";
 
+/// The Mosaic GPU runtime relative to an accel dir / site-packages.
+pub const MOSAIC_GPU_RUNTIME_REL: &str = "jax_cuda12_plugin/libmosaic_gpu_runtime.so";
+
 /// `libtpu.so`: `TPU_LIBRARY_PATH`, else `libtpu/libtpu.so` in [`accel_dirs`].
 pub fn find_libtpu() -> Option<PathBuf> {
     find("TPU_LIBRARY_PATH", LIBTPU_REL)
@@ -113,4 +119,44 @@ pub fn set_cuda_data_dir_flag(dir: &Path) {
         format!("{cur} {flag}")
     };
     std::env::set_var("XLA_FLAGS", new);
+}
+
+/// The Mosaic GPU runtime: `HLOBRIDGE_MOSAIC_GPU_RUNTIME`, else
+/// `jax_cuda12_plugin/libmosaic_gpu_runtime.so` in [`accel_dirs`].
+pub fn find_mosaic_gpu_runtime() -> Option<PathBuf> {
+    find("HLOBRIDGE_MOSAIC_GPU_RUNTIME", MOSAIC_GPU_RUNTIME_REL)
+}
+
+/// Loads the Mosaic GPU runtime into the process once, with its symbols
+/// global (`RTLD_GLOBAL`): the CUDA plugin compiles a `mosaic_gpu_v2`
+/// custom call by JIT-linking host code that calls `mosaic_gpu_launch_kernel`
+/// & co., looked up among the process's symbols. It stays loaded. Returns
+/// its path; [`crate::Error::AcceleratorNotInstalled`] when it is missing,
+/// [`crate::Error::PluginLoad`] when it does not load.
+pub fn load_mosaic_gpu_runtime() -> crate::Result<PathBuf> {
+    static LOADED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let r = LOADED.get_or_init(|| {
+        let path = find_mosaic_gpu_runtime().ok_or_else(String::new)?;
+        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: the Mosaic GPU runtime is a plain shared library (libc,
+        // libstdc++ only; CUDA is opened lazily when a kernel launches, never
+        // here); loading runs only its static initializers.
+        let lib = unsafe { Library::open(Some(&path), RTLD_NOW | RTLD_GLOBAL) }
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // Kept for the life of the process: compiled executables refer to it.
+        std::mem::forget(lib);
+        tracing::info!(path = %path.display(), "loaded the Mosaic GPU runtime");
+        Ok(path)
+    });
+    match r {
+        Ok(p) => Ok(p.clone()),
+        Err(m) if m.is_empty() => Err(crate::Error::AcceleratorNotInstalled {
+            what: "the Mosaic GPU runtime (libmosaic_gpu_runtime.so from jax-cuda12-plugin), needed to compile a Pallas Mosaic GPU kernel",
+            searched: searched("HLOBRIDGE_MOSAIC_GPU_RUNTIME", MOSAIC_GPU_RUNTIME_REL),
+        }),
+        Err(m) => Err(crate::Error::PluginLoad {
+            path: PathBuf::from(MOSAIC_GPU_RUNTIME_REL),
+            message: m.clone(),
+        }),
+    }
 }

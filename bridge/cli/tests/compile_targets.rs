@@ -208,3 +208,114 @@ fn unknown_target_and_cross_platform_kernel_are_named_errors() {
         assert!(err.contains("CompileFailed:"), "{err}");
     }
 }
+
+/// A stitch plan of two segments (a matmul+tanh and an elementwise scale),
+/// written next to its modules.
+fn write_plan(dir_name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "hlobridge_compile_plan_{}_{dir_name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("mm.mlir"), MATMUL_TANH).unwrap();
+    std::fs::write(
+        dir.join("scale.mlir"),
+        r#"module @scale {
+  func.func public @main(%a: tensor<256x128xf32>) -> tensor<256x128xf32> {
+    %c = stablehlo.constant dense<2.0> : tensor<256x128xf32>
+    %0 = stablehlo.multiply %a, %c : tensor<256x128xf32>
+    return %0 : tensor<256x128xf32>
+  }
+}"#,
+    )
+    .unwrap();
+    let plan = dir.join("plan.toml");
+    std::fs::write(
+        &plan,
+        r#"[[input]]
+name = "a"
+type = "tensor<256x512xf32>"
+[[input]]
+name = "b"
+type = "tensor<512x128xf32>"
+[[segment]]
+name = "mm"
+module = "mm.mlir"
+inputs = ["a", "b"]
+outputs = ["h"]
+[[segment]]
+name = "scale"
+module = "scale.mlir"
+inputs = ["h"]
+outputs = ["out"]
+[[output]]
+handle = "out"
+"#,
+    )
+    .unwrap();
+    plan
+}
+
+#[test]
+fn stitch_plan_compiles_for_cpu_and_tpu() {
+    let plan = write_plan("cpu_tpu");
+    // cpu: compiled through a CPU client (xla-cpu-pjrt has no topology API).
+    let (code, r, err) = compile(&plan, "cpu", &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["platform"], "cpu", "{r}");
+    assert!(r["program"].as_str().unwrap().ends_with("(stitched)"), "{r}");
+    assert!(r["serialized_bytes"].as_u64().unwrap() > 0, "{r}");
+    if tpu() {
+        let (code, r, err) = compile(&plan, "tpu:v5e", &[]);
+        assert_eq!(code, 0, "{err}");
+        check_matmul(&r, "tpu");
+    }
+    // A plan that does not stitch is a named failure, not a panic.
+    let bad = plan.with_file_name("bad.toml");
+    std::fs::write(&bad, "[[segment]]\nname = \"x\"\nmodule = \"missing.mlir\"\n").unwrap();
+    let (code, _, err) = compile(&bad, "cpu", &[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("CompileFailed: stitch"), "{err}");
+}
+
+/// A Shardy program over `n` devices: rows sharded on axis "x", a sum
+/// across it (an all-reduce).
+fn sharded_module(n: usize) -> String {
+    format!(
+        r#"module @sharded attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <["x"={n}]>
+  func.func public @main(%a: tensor<64x256xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{"x"}}, {{}}]>}}) -> (tensor<256xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{}}]>}}) {{
+    %0 = stablehlo.tanh %a : tensor<64x256xf32>
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %1 = stablehlo.reduce(%0 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<64x256xf32>, tensor<f32>) -> tensor<256xf32>
+    return %1 : tensor<256xf32>
+  }}
+}}"#
+    )
+}
+
+#[test]
+fn sharded_programs_compile_for_4_tpu_and_8_gpu_devices() {
+    if tpu() {
+        let f = write_tmp("sharded4.mlir", &sharded_module(4));
+        let (code, r, err) = compile(&f, "tpu:v5e:2x2", &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(r["partitions"], 4, "{r}");
+        // Each device holds 16 of the 64 rows of f32[64,256].
+        assert_eq!(r["memory"]["arguments"], 16 * 256 * 4, "{r}");
+    }
+    if cuda() {
+        let f = write_tmp("sharded8.mlir", &sharded_module(8));
+        let (code, r, err) = compile(&f, "cuda:h100:8", &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!((r["partitions"].clone(), r["topology_devices"].clone()), (8.into(), 8.into()), "{r}");
+        assert_eq!(r["memory"]["arguments"], 8 * 256 * 4, "{r}");
+        // More partitions than the topology has devices: a named failure.
+        let (code, _, err) = compile(&f, "cuda:h100:4", &[]);
+        assert_eq!(code, 1);
+        assert!(
+            err.contains("CompileFailed: invalid argument: the program needs 8 devices"),
+            "{err}"
+        );
+    }
+}

@@ -173,6 +173,11 @@ pub fn compile_for_target(
         }
         _ => {
             plugin = target.load_plugin()?;
+            if matches!(target.kind, TargetKind::Cuda { .. }) && text.contains("mosaic_gpu") {
+                // A Pallas Mosaic GPU kernel: its host code is linked
+                // against the Mosaic GPU runtime while compiling.
+                crate::accel::load_mosaic_gpu_runtime()?;
+            }
             let topo = target
                 .topology(&plugin)?
                 .ok_or_else(|| Error::InvalidArgument("no topology".into()))?;
