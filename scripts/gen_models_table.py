@@ -112,7 +112,7 @@ def main() -> int:
             return f"held out: {held}" if held else "not run"
         if c["status"] == "pass":
             count[0] += 1
-            return "pass"
+            return f"pass (held out of `make test`: {held})" if held else "pass"
         if c["status"] == "expected_error":
             return f"`{c['error']}`"
         return f"**FAIL** `{c['error']}`"

@@ -24,6 +24,13 @@ up to 2% off float64 for ResNet-18, and the steps amplify it), no more than
 float64. Integer buffers (BatchNorm's ``num_batches_tracked``) must be
 equal. A failure inside ``torch.compile`` surfaces as the backend's own
 named error (Dynamo's ``BackendCompilerFailed`` is unwrapped).
+
+:func:`run_hybrid` runs a hybrid row (``model_zoo/hybrid.py``) through
+:data:`HYBRID_PATHS`: ``compile_infer`` and ``compile_train`` as above, and
+``step_optax`` (``compile_train_step`` with Optax AdamW through
+``hb.optim.JaxOptimizer`` vs ``torch.optim.AdamW``, :data:`ADAM_TOL`); the
+references are the eager torch original, copied before the JAX modules are
+swapped in.
 """
 
 from __future__ import annotations
@@ -316,5 +323,5 @@ def run_hybrid(hybrid: HybridModel, path: str, seed: int) -> dict[str, float]:
     missing = [f for f in hybrid.jax_fns if f not in names]
     assert not missing, f"{hybrid.name}: {missing} ran in no hlobridge program: {names}"
     if path == "step_optax":
-        assert "update" in names, f"the Optax update is no segment: {names}"
+        assert "optax_adamw" in names, f"the Optax update is no segment: {names}"
     return {**metrics, "jax_modules": float(swapped[0])}
