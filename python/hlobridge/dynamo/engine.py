@@ -35,6 +35,7 @@ import torch
 import torch.fx
 
 from hlobridge.dynamo.errors import CompileBackendError, DataDependentError, UnsupportedOpError
+from hlobridge.dynamo.numerics_decomp import numerics_decompositions
 
 __all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "decompositions",
            "get_engine"]
@@ -147,6 +148,7 @@ def decompositions() -> dict[Any, Any]:
     table[aten._native_batch_norm_legit.default] = _batch_norm_in_place
     table[aten.native_batch_norm.default] = _batch_norm_in_place
     table.update(_accurate_norms())
+    table.update(numerics_decompositions())  # docs/op_numerics.md
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     return table
 
