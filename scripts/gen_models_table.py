@@ -76,7 +76,10 @@ with `model.forward` under `torch.compile(backend="hlobridge", dynamic=False)`, 
 prompts: the tokens must equal eager's exactly, every step's logits within rtol=1e-4/atol=1e-4,
 no graph breaks, at most 2 graphs (prefill and decode step), and the second `generate()`
 traces and compiles nothing. The random weight matrices are scaled by 5 so that greedy
-decoding does not repeat one token.
+decoding does not repeat one token. Without the static cache (transformers' default dynamic
+cache) the key/value length grows every step, so `dynamic=False` makes Dynamo trace one graph
+per length until its recompile limit (8) and then run the frame eagerly: the tokens are still
+equal, but use `cache_implementation="static"` for one prefill and one decode program.
 
 A cell that cannot work names the error it raises (the test expects exactly that error, so it
 fails when the cell starts working). Every cell runs in `make test` unless its row below says
