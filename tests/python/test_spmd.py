@@ -157,7 +157,7 @@ def test_example_spmd_train_matches_single_process() -> None:
 
 
 def test_initialize_needs_torchrun_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in ("RANK", "WORLD_SIZE", "MASTER_PORT"):
+    for k in ("RANK", "WORLD_SIZE", "MASTER_PORT", "HLOBRIDGE_COORDINATOR_PORT"):
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(spmd.DistributedInitError, match="WORLD_SIZE is not set"):
         hb.distributed.initialize()

@@ -208,7 +208,7 @@ fn classify(m: &Module, op: OpId, target: &CollectiveTarget) -> Result<Form, Err
     }
     let empty = groups
         .as_ref()
-        .map_or(true, |g| g.iter().all(|g| g.is_empty()));
+        .is_none_or(|g| g.iter().all(|g| g.is_empty()));
     let has_channel = m.op_attr(op, "channel_handle").is_some();
     if name != "all_reduce" {
         return Err(Error::Collective(format!(
