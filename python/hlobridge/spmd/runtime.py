@@ -9,8 +9,9 @@ unless ``coordinator_port`` or ``HLOBRIDGE_COORDINATOR_PORT`` says otherwise.
 On CPU each process gets ``local_devices`` devices
 (``jax_num_cpu_devices``; default ``HLOBRIDGE_LOCAL_DEVICES``, else 1);
 cross-process collectives go through gloo (JAX's default CPU collectives).
-On GPU or TPU JAX finds its local devices itself (``LOCAL_RANK`` picks the
-GPU when a process drives one).
+With ``platform="gpu"`` each process drives the GPU ``LOCAL_RANK``; with
+``"tpu"`` JAX finds the host's chips itself (both untested here: this
+machine has no accelerator).
 """
 
 from __future__ import annotations
@@ -105,12 +106,13 @@ def initialize(*, coordinator_address: str | None = None, coordinator_port: int 
             "hlobridge.distributed.initialize: JAX's backend already started in this process "
             "(something ran a JAX computation or listed devices first); call initialize() before "
             "any JAX work, e.g. at the top of the script")
+    ids = None
     if platform == "cpu":
         jax.config.update("jax_platforms", "cpu")
         jax.config.update("jax_num_cpu_devices", local_devices)
-        ids = None
-    else:
-        ids = [local_rank]
+    elif platform in ("gpu", "cuda"):
+        ids = [local_rank]  # one GPU per process, torchrun's usual layout
+    # tpu: the process owns its host's chips; JAX finds them.
     try:
         jax.distributed.initialize(coordinator_address, nproc, rank, local_device_ids=ids,
                                    initialization_timeout=timeout_s)
