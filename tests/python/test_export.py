@@ -111,3 +111,29 @@ def test_training_mode_and_bad_arguments_are_refused(tmp_path: Path) -> None:
         hb.export(model.eval(), torch.randn(2, 16), path=tmp_path / "t", batch_sizes=[1])
     with pytest.raises(hb.export.ExportError):
         hb.export(model.eval(), [1, 2], path=tmp_path / "t")
+
+
+def test_rust_tch_example_matches_eager(exported: tuple[Hybrid, Path], tmp_path: Path) -> None:
+    """The `tch` feature's example binary (built only with
+    ``--features tch``; skipped otherwise) runs the artifact from Rust."""
+    import subprocess
+
+    import numpy as np
+
+    exe = Path(__file__).resolve().parents[2] / "target" / "release" / "examples" / "deploy_tch"
+    if not exe.is_file():
+        pytest.skip("deploy_tch not built (cargo build --release -p hlobridge-deploy --features tch "
+                    "--example deploy_tch)")
+    model, path = exported
+    x = torch.randn(3, 16)
+    np.save(tmp_path / "x.npy", x.numpy())
+    import os
+
+    # libtorch of the pinned torch wheel, which the binary was linked against.
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(torch.__file__).parent / "lib")}
+    r = subprocess.run([str(exe), str(path), str(tmp_path / "out"), str(tmp_path / "x.npy")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    got = torch.from_numpy(np.load(tmp_path / "out" / "output.npy"))
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), atol=ATOL, rtol=0)

@@ -21,6 +21,8 @@ pub mod error;
 pub mod manifest;
 pub mod model;
 pub mod safetensors;
+#[cfg(feature = "tch")]
+pub mod tch_io;
 pub mod writer;
 
 pub use error::{DeployError, Result};
