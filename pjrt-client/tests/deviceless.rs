@@ -126,3 +126,37 @@ fn cuda_h100_compile() {
     // Without target_config the plugin has no GPU to describe.
     assert!(Topology::new(&p, "", &opts[..1]).is_err());
 }
+
+/// `targets::compile_for_target`: the shared path of `hlobridge compile` and
+/// `hb.compile_for`, for the `cpu` target (a CPU client) and, when
+/// installed, a TPU target, with the same report.
+#[test]
+fn compile_for_target_cpu_and_tpu() {
+    use pjrt_client::targets::{compile_for_target, Target};
+    let cpu = Target::resolve("cpu", None).unwrap();
+    let c = compile_for_target(&cpu, TANH_MATMUL, &CompileOptions::default(), None)
+        .expect("cpu compile");
+    assert_eq!(c.platform, "cpu");
+    assert!(!c.serialized.is_empty());
+    assert!(c.capacity.is_none());
+    if let Some(m) = c.memory {
+        assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);
+        assert_eq!(m.outputs, 256 * 128 * 4);
+    }
+    // Two partitions need two devices: named, not a crash.
+    let two = CompileOptions::spmd(2, pjrt_client::Partitioner::Shardy);
+    let e = compile_for_target(&cpu, TANH_MATMUL, &two, None).unwrap_err();
+    assert!(e.to_string().contains("needs 2 devices"), "{e}");
+    if tpu().is_none() {
+        return;
+    }
+    let t = Target::resolve("tpu:v6e", None).unwrap();
+    let c = compile_for_target(&t, TANH_MATMUL, &CompileOptions::default(), None)
+        .expect("tpu compile");
+    assert_eq!((c.platform.as_str(), c.topology_devices), ("tpu", 4));
+    assert_eq!(c.device_kind, "TPU v6 lite");
+    let m = c.memory.expect("memory stats");
+    assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);
+    assert!(c.capacity.unwrap() > 30 << 30);
+    assert!(c.fusions.values().sum::<usize>() > 0);
+}
