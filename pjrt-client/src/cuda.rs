@@ -59,9 +59,11 @@ impl std::str::FromStr for CudaAllocator {
             "platform" => CudaAllocator::Platform,
             "bfc" => CudaAllocator::Bfc,
             "cuda_async" | "async" => CudaAllocator::CudaAsync,
-            other => return Err(Error::InvalidArgument(format!(
+            other => {
+                return Err(Error::InvalidArgument(format!(
                 "unknown CUDA allocator {other:?}; expected default, platform, bfc or cuda_async"
-            ))),
+            )))
+            }
         })
     }
 }

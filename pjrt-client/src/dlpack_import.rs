@@ -248,7 +248,7 @@ impl Client {
             }
         };
         let align = view_alignment(self.platform_name());
-        if a.nbytes > 0 && (a.ptr as usize) % align == 0 {
+        if a.nbytes > 0 && (a.ptr as usize).is_multiple_of(align) {
             // SAFETY: the caller keeps the memory alive until `on_delete`,
             // which the view owns from here on.
             let b =

@@ -111,9 +111,7 @@ fn parse_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<CudaOptions> {
                 let s: String = v.extract().map_err(|_| bad("a string"))?;
                 o.allocator = Some(s.parse::<CudaAllocator>().map_err(pjrt_to_py)?);
             }
-            "memory_fraction" => {
-                o.memory_fraction = Some(v.extract().map_err(|_| bad("a float"))?)
-            }
+            "memory_fraction" => o.memory_fraction = Some(v.extract().map_err(|_| bad("a float"))?),
             "preallocate" => o.preallocate = Some(v.extract().map_err(|_| bad("a bool"))?),
             "visible_devices" => {
                 o.visible_devices = Some(v.extract().map_err(|_| bad("a list of ints"))?)
@@ -173,7 +171,10 @@ pub fn cuda_client_options(
 /// plugin's error as `PjrtError`.
 #[pyfunction]
 #[pyo3(signature = (**options))]
-pub fn cuda_runtime(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<DeviceRuntime> {
+pub fn cuda_runtime(
+    py: Python<'_>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<DeviceRuntime> {
     let explicit = options.is_some_and(|d| !d.is_empty());
     let opts = parse_options(options)?;
     let pid = std::process::id();
@@ -287,24 +288,26 @@ struct Managed(*mut DLManagedTensor);
 unsafe impl Send for Managed {}
 
 impl Managed {
+    /// Calls the producer's deleter (once: `self` is consumed).
     fn release(self) {
-        let t = self.0;
-        std::mem::forget(self);
-        // SAFETY: we own `t` (the capsule was renamed "used_dltensor") and
-        // call its deleter exactly once.
-        unsafe {
-            if let Some(d) = (*t).deleter {
-                d(t)
-            }
-        }
+        drop(self)
     }
 }
 
 impl Drop for Managed {
     fn drop(&mut self) {
-        // Never released (e.g. the plugin dropped the view callback without
-        // running it): leak rather than free memory PJRT may still read.
-        tracing::warn!("DLPack input leaked: the plugin never released its view");
+        // Reached when the view is released (its `on_delete`), when the
+        // import refused the tensor, or when the plugin dropped the view
+        // callback without creating the view: in every case PJRT no longer
+        // reads the memory.
+        let t = self.0;
+        // SAFETY: we own `t` (the capsule was renamed "used_dltensor") and
+        // this runs once; the deleter may be called from any thread.
+        unsafe {
+            if let Some(d) = (*t).deleter {
+                d(t)
+            }
+        }
     }
 }
 
@@ -374,25 +377,35 @@ pub fn execute_dlpack(
             }
         }
         if let Some((i, e)) = first_err {
-            return Err((Some(i), e));
+            return Err((Some(i), Box::new(e)));
         }
         let refs: Vec<&Buffer> = views.iter().collect();
-        let outs = compiled.exe.execute(&refs).map_err(|e| (None, e))?;
+        let outs = compiled
+            .exe
+            .execute(&refs)
+            .map_err(|e| (None, Box::new(e)))?;
         let mut exported = Vec::with_capacity(outs.len());
         for o in &outs {
-            exported.push(Exported::new(o.to_dlpack().map_err(|e| (None, e))?));
+            exported.push(Exported::new(
+                o.to_dlpack().map_err(|e| (None, Box::new(e)))?,
+            ));
         }
         let n = views.len();
         drop(views);
-        Ok((exported, n - copies, copies, t0.elapsed().as_secs_f64()))
+        Ok::<_, (Option<usize>, Box<pjrt_client::Error>)>((
+            exported,
+            n - copies,
+            copies,
+            t0.elapsed().as_secs_f64(),
+        ))
     });
     let (exported, nviews, copies, secs) = ran.map_err(|(i, e)| match i {
         Some(i) => {
-            let py_err = pjrt_to_py(e);
+            let py_err = pjrt_to_py(*e);
             let msg = py_err.value(py).to_string();
             PyErr::from_type(py_err.get_type(py), format!("input {i}: {msg}"))
         }
-        None => pjrt_to_py(e),
+        None => pjrt_to_py(*e),
     })?;
     let mut caps = Vec::with_capacity(exported.len());
     for o in exported {
