@@ -17,10 +17,10 @@
 //! [`CONFIG_VERSION`] first).
 //!
 //! Taken: 1 to 3 spatial dimensions; f32 or f64 operands and result of one
-//! element type; static shapes; `batch_group_count = 1` (the depthwise
-//! weight gradient keeps XLA's convolution); any dimension permutation,
-//! stride, padding (negative too), lhs and rhs dilation, reversal and
-//! feature group count; the result shape must be the one XLA infers. The
+//! element type; static shapes; any dimension permutation, stride,
+//! padding (negative too), lhs and rhs dilation, reversal, and feature
+//! group count or batch group count (the grouped / depthwise weight
+//! gradient); the result shape must be the one XLA infers. The
 //! precision config is met (the kernel computes in the operands' full
 //! precision). Convolutions with fewer than [`HostConvPolicy::min_work`]
 //! multiply-adds stay with XLA.
@@ -32,11 +32,11 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 1;
+pub const REWRITE_VERSION: u32 = 2;
 
 /// The layout version of the config operand (must equal the kernel's
 /// `host_kernels::conv::CONFIG_VERSION`).
-pub const CONFIG_VERSION: i64 = 1;
+pub const CONFIG_VERSION: i64 = 2;
 
 /// The custom-call target.
 pub const TARGET: &str = "hlobridge_conv";
@@ -264,10 +264,11 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     if !(1..=3).contains(&nsp) || ld.len() != rank || rd.len() != rank || od.len() != rank {
         return None;
     }
-    if int_attr(m, op, "batch_group_count", 1)? != 1 {
+    let batch_groups = int_attr(m, op, "batch_group_count", 1)?;
+    let groups = int_attr(m, op, "feature_group_count", 1)?;
+    if batch_groups < 1 || (batch_groups > 1 && groups > 1) {
         return None;
     }
-    let groups = int_attr(m, op, "feature_group_count", 1)?;
     let stride = window_attr(m, op, "window_strides", nsp, 1)?;
     let lhs_dil = window_attr(m, op, "lhs_dilation", nsp, 1)?;
     let rhs_dil = window_attr(m, op, "rhs_dilation", nsp, 1)?;
@@ -285,10 +286,16 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     {
         return None;
     }
-    // Shapes: features split into groups, batch kept, spatial sizes XLA's.
+    // Shapes: features split into feature groups, the batch into batch
+    // groups, spatial sizes XLA's.
     let (n, c) = (ld[l[0]], ld[l[1]]);
     let (ki, ko) = (rd[r[0]], rd[r[1]]);
-    if c != ki.checked_mul(groups)? || ko % groups != 0 || od[y[0]] != n || od[y[1]] != ko {
+    if c != ki.checked_mul(groups)?
+        || ko % (groups * batch_groups) != 0
+        || n % batch_groups != 0
+        || od[y[0]] != n / batch_groups
+        || od[y[1]] != ko
+    {
         return None;
     }
     let mut positions: u64 = 1;
@@ -309,13 +316,19 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
         positions = positions.checked_mul(want as u64)?;
         taps = taps.checked_mul(rd[r[2 + i]] as u64)?;
     }
-    let work = [n as u64, positions, ko as u64, taps, ki as u64]
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d))?;
+    let work = [
+        (n / batch_groups) as u64,
+        positions,
+        ko as u64,
+        taps,
+        ki as u64,
+    ]
+    .iter()
+    .try_fold(1u64, |a, &d| a.checked_mul(d))?;
     if work < policy.min_work {
         return None;
     }
-    let mut config = vec![CONFIG_VERSION, nsp as i64, groups];
+    let mut config = vec![CONFIG_VERSION, nsp as i64, groups, batch_groups];
     for d in [&l, &r, &y] {
         config.extend(d.iter().map(|&x| x as i64));
     }

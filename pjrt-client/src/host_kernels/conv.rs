@@ -48,7 +48,7 @@ pub const TARGET: &str = "hlobridge_conv";
 
 /// Version tag, the first element of the config operand: the bridge and
 /// the kernel must agree on the layout.
-pub const CONFIG_VERSION: i64 = 1;
+pub const CONFIG_VERSION: i64 = 2;
 
 /// Most spatial dimensions taken.
 pub const MAX_SPATIAL: usize = 3;
@@ -64,19 +64,21 @@ pub unsafe extern "C" fn conv_handler(f: *mut XLA_FFI_CallFrame) -> *mut XLA_FFI
 
 /// A convolution's attributes, as the config operand carries them:
 ///
-/// `[CONFIG_VERSION, nsp, feature_group_count,
+/// `[CONFIG_VERSION, nsp, feature_group_count, batch_group_count,
 ///   lhs_batch, lhs_feature, lhs_spatial[nsp],
 ///   rhs_in_feature, rhs_out_feature, rhs_spatial[nsp],
 ///   out_batch, out_feature, out_spatial[nsp],
 ///   stride[nsp], pad_lo[nsp], pad_hi[nsp], lhs_dilation[nsp],
 ///   rhs_dilation[nsp], reversal[nsp] (0/1)]`,
 ///
-/// `9 + 9·nsp` values; the dimension entries are dimension indices of the
+/// `10 + 9·nsp` values; the dimension entries are dimension indices of the
 /// lhs, rhs and result (the op's `dimension_numbers`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConvConfig {
     /// `feature_group_count`.
     pub groups: i64,
+    /// `batch_group_count` (at most one of the two counts exceeds 1).
+    pub batch_groups: i64,
     /// Lhs dims: `[batch, feature, spatial...]`.
     pub lhs: Vec<usize>,
     /// Rhs dims: `[input feature, output feature, spatial...]`.
@@ -106,7 +108,7 @@ impl ConvConfig {
     /// The operand encoding (see the type's docs).
     pub fn encode(&self) -> Vec<i64> {
         let nsp = self.spatial();
-        let mut v = vec![CONFIG_VERSION, nsp as i64, self.groups];
+        let mut v = vec![CONFIG_VERSION, nsp as i64, self.groups, self.batch_groups];
         for dims in [&self.lhs, &self.rhs, &self.out] {
             v.extend(dims.iter().map(|&d| d as i64));
         }
@@ -134,15 +136,15 @@ impl ConvConfig {
             .ok()
             .filter(|&n| (1..=MAX_SPATIAL).contains(&n))
             .ok_or_else(|| format!("hlobridge_conv: {} spatial dims (1..=3 taken)", v[1]))?;
-        if v.len() != 9 + 9 * nsp {
+        if v.len() != 10 + 9 * nsp {
             return Err(format!(
                 "hlobridge_conv: config has {} values, expected {} for {nsp} spatial dims",
                 v.len(),
-                9 + 9 * nsp
+                10 + 9 * nsp
             ));
         }
         let rank = nsp + 2;
-        let mut at = 3;
+        let mut at = 4;
         let mut dims = || -> Result<Vec<usize>, String> {
             let d: Vec<usize> = v[at..at + rank]
                 .iter()
@@ -159,7 +161,7 @@ impl ConvConfig {
             Ok(d)
         };
         let (lhs, rhs, out) = (dims()?, dims()?, dims()?);
-        let mut at = 3 + 3 * rank;
+        let mut at = 4 + 3 * rank;
         let mut take = || {
             let s = v[at..at + nsp].to_vec();
             at += nsp;
@@ -173,6 +175,8 @@ impl ConvConfig {
             .chain(&rhs_dilation)
             .any(|&s| s < 1)
             || v[2] < 1
+            || v[3] < 1
+            || (v[2] > 1 && v[3] > 1)
         {
             return Err(format!(
                 "hlobridge_conv: strides, dilations and groups must be >= 1: {v:?}"
@@ -180,6 +184,7 @@ impl ConvConfig {
         }
         Ok(ConvConfig {
             groups: v[2],
+            batch_groups: v[3],
             lhs,
             rhs,
             out,
@@ -234,8 +239,10 @@ fn row_major_strides(dims: &[i64]) -> Vec<usize> {
 /// the per-position / per-tap offset tables.
 #[derive(Debug)]
 pub struct ConvPlan {
-    /// Feature groups.
+    /// Groups (feature groups, or batch groups).
     pub groups: usize,
+    /// Lhs offset from one group to the next (features or batch entries).
+    group_lhs: usize,
     /// Input features per group.
     pub cin_g: usize,
     /// Output features per group.
@@ -295,7 +302,8 @@ impl ConvPlan {
                 "hlobridge_conv: negative dimension in lhs {lhs:?}, rhs {rhs:?}, result {out:?}"
             ));
         }
-        let g = cfg.groups as usize;
+        let (fg, bg) = (cfg.groups, cfg.batch_groups);
+        let g = (fg * bg) as usize;
         let (n, c) = (lhs[cfg.lhs[0]], lhs[cfg.lhs[1]]);
         let (ki, ko) = (rhs[cfg.rhs[0]], rhs[cfg.rhs[1]]);
         let (on, of) = (out[cfg.out[0]], out[cfg.out[1]]);
@@ -305,7 +313,9 @@ impl ConvPlan {
                  result {out:?}, {cfg:?}"
             )
         };
-        if c != ki * g as i64 || ko % g as i64 != 0 || on != n || of != ko {
+        // Feature groups split the lhs features; batch groups split the lhs
+        // batch (group j's output features read batch entries j·n/bg..).
+        if c != ki * fg || ko % (fg * bg) != 0 || n % bg != 0 || on != n / bg || of != ko {
             return Err(bad());
         }
         let ins: Vec<i64> = (0..nsp).map(|i| lhs[cfg.lhs[2 + i]]).collect();
@@ -332,7 +342,7 @@ impl ConvPlan {
         );
         let positions: usize = os.iter().map(|&d| d as usize).product();
         let taps: usize = ks.iter().map(|&d| d as usize).product();
-        let rows = (n as usize)
+        let rows = (on as usize)
             .checked_mul(positions)
             .ok_or("hlobridge_conv: output too large")?;
         let out_len: usize = out.iter().map(|&d| d as usize).product();
@@ -450,7 +460,12 @@ impl ConvPlan {
             })
             .collect();
         let (yb, lb) = (ys[cfg.out[0]], ls[cfg.lhs[0]]);
-        let n = n as usize;
+        let group_lhs = if bg > 1 {
+            on as usize * lb
+        } else {
+            ki as usize * ls[cfg.lhs[1]]
+        };
+        let n = on as usize;
         let even = |offs: &[usize]| -> Option<usize> {
             if offs.len() < 2 {
                 return Some(1);
@@ -488,6 +503,7 @@ impl ConvPlan {
         }
         Ok(ConvPlan {
             groups: g,
+            group_lhs,
             cin_g: cin,
             cout_g: (ko as usize) / g.max(1),
             taps,
@@ -727,7 +743,7 @@ impl<T: ConvElement> Ctx<T> {
             for r in r0..r0 + mr {
                 let offs = &plan.tap_off[plan.row_pos[r] as usize * taps..][..taps];
                 for gi in 0..plan.groups {
-                    let base = plan.row_lhs[r] + gi * plan.lhs_f;
+                    let base = plan.row_lhs[r] + gi * plan.group_lhs;
                     let wg = &self.packed[gi * taps * cout..][..taps * cout];
                     for j in 0..cout {
                         let mut acc = T::default();
@@ -757,7 +773,7 @@ impl<T: ConvElement> Ctx<T> {
             tmp.resize(mr * cout, T::default());
         }
         for gi in 0..plan.groups {
-            let fbase = gi * cin * plan.lhs_f;
+            let fbase = gi * plan.group_lhs;
             for (k, r) in (r0..r0 + mr).enumerate() {
                 let offs = &plan.tap_off[plan.row_pos[r] as usize * taps..][..taps];
                 let dst = &mut cols[k * kdim..][..kdim];

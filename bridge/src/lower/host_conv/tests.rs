@@ -79,6 +79,7 @@ fn config_carries_every_attribute() {
             CONFIG_VERSION,
             2,
             2,
+            1,
             0,
             3,
             1,
@@ -108,12 +109,29 @@ fn config_carries_every_attribute() {
 }
 
 #[test]
+fn depthwise_weight_gradient_is_taken() {
+    // torch_xla's depthwise weight gradient: x [N, C, H, W] as [f, b, 0, 1],
+    // dy as the window, batch_group_count = C.
+    let text = one(
+        "tensor<16x24x8x8xf32>",
+        "tensor<16x24x8x8xf32>",
+        "tensor<3x3x1x24xf32>",
+        "[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]",
+        "stride = [1, 1], pad = [[1, 1], [1, 1]]",
+        "batch_group_count = 24 : i64, feature_group_count = 1 : i64",
+    );
+    let c = config_of(&text);
+    assert_eq!(&c[..4], &[CONFIG_VERSION, 2, 1, 24]);
+}
+
+#[test]
 fn conv1d_and_defaults_are_taken() {
     let text = "func.func @f(%a: tensor<4x16x50xf32>, %b: tensor<32x16x5xf32>) -> tensor<4x32x46xf32> {\n  %0 = stablehlo.convolution(%a, %b) dim_numbers = [b, f, 0]x[o, i, 0]->[b, f, 0], window = {} : (tensor<4x16x50xf32>, tensor<32x16x5xf32>) -> tensor<4x32x46xf32>\n  return %0 : tensor<4x32x46xf32>\n}";
     assert_eq!(
         config_of(text),
         vec![
             CONFIG_VERSION,
+            1,
             1,
             1,
             0,
@@ -139,14 +157,14 @@ fn conv1d_and_defaults_are_taken() {
 fn convolutions_the_kernel_does_not_run_stay() {
     let nchw = "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]";
     let cases = [
-        // batch groups (the depthwise weight gradient)
+        // batch and feature groups together
         one(
             "tensor<8x16x6x6xf32>",
-            "tensor<16x1x3x3xf32>",
-            "tensor<1x16x4x4xf32>",
-            "[f, b, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]",
+            "tensor<16x8x3x3xf32>",
+            "tensor<4x16x4x4xf32>",
+            "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
             "",
-            "batch_group_count = 16 : i64, feature_group_count = 1 : i64",
+            "batch_group_count = 2 : i64, feature_group_count = 2 : i64",
         ),
         // bf16
         one(
