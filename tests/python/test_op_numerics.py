@@ -227,6 +227,8 @@ REGRESSIONS: dict[str, Case] = {
     "max_pool3d_indices": (lambda x: F.max_pool3d(x, 2, return_indices=True),
                            lambda g: (_r(g, 1, 2, 4, 4, 4),), True),
     "cummax": (lambda x: torch.cummax(x, 1), lambda g: (_r(g, 5, 9),), True),
+    "matrix_norm_nuc_batched": (lambda x: torch.linalg.matrix_norm(x, "nuc"),
+                                lambda g: (_r(g, 4, 5, 5),), True),
 }
 
 

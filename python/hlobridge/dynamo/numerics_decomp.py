@@ -39,6 +39,20 @@ sweep measured before (after: equal to eager torch, tested in
     reports int64; its HLO type is 32-bit). Here: the indices are added to
     an int64 zero, which makes torch_xla emit the widening convert.
 
+``_linalg_svd`` of a batch of matrices (``linalg.svd``, ``svdvals``,
+``matrix_norm('nuc')``, ``pinv``, ...)
+    torch_xla's batched SVD gives the singular values the right data but a
+    wrong shape to later ops: ``matrix_norm(x, 'nuc')`` of a (5, 5, 5) batch
+    summed over the batch instead of over each matrix's values (error 0.87
+    relative, eager 9e-8; its gradient 2.3), and torch_xla itself fails on
+    ``svd(x).S.sum(-1)`` ("expected parameter 0 of size 16 but got ... 48").
+    Here: one 2-D SVD per matrix of the batch, stacked (the batch is
+    unrolled in the program: fine for the small batches SVD sees in models).
+    Still open (docs/op_numerics.md): torch_xla ignores
+    ``full_matrices=False`` (``U`` comes back (6, 6) for a (6, 4) matrix),
+    so ``linalg.svd``'s reduced ``U``/``Vh`` have the wrong shape and the
+    backward of SVD-based ops on non-square matrices fails to compile.
+
 Each decomposition calls the op it replaces; a per-thread guard makes that
 inner call return ``NotImplemented`` from the table, so the tracer records
 the op itself (``proxy_tensor`` falls back to the op on ``NotImplemented``).
@@ -185,6 +199,26 @@ def _with_int64_indices(op: Any, index_at: int) -> Callable[..., Any]:
     return decomp
 
 
+def _linalg_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True, *,
+                driver: str | None = None) -> Any:
+    """Batched SVD as one 2-D SVD per matrix, stacked."""
+    op = _aten._linalg_svd.default
+    if a.dim() <= 2 or a.numel() == 0 or _declines(op):
+        return NotImplemented
+    batch = tuple(a.shape[:-2])
+    flat = a.reshape(-1, *a.shape[-2:])
+    with _inner(op):
+        parts = [op(m, full_matrices, compute_uv, driver=driver) for m in flat.unbind(0)]
+    outs = []
+    for k in range(3):
+        first = parts[0][k]
+        if first.numel() == 0 and first.dim() == 1:  # compute_uv=False: empty U, Vh
+            outs.append(first)
+        else:
+            outs.append(torch.stack([p[k] for p in parts]).reshape(*batch, *first.shape))
+    return tuple(outs)
+
+
 def numerics_decompositions() -> dict[Any, Any]:
     """The table (module docs); merged into the backend's decompositions."""
     a = _aten
@@ -207,4 +241,5 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.max_pool3d_with_indices.default: _with_int64_indices(
             a.max_pool3d_with_indices.default, 1),
         a.cummax.default: _with_int64_indices(a.cummax.default, 1),
+        a._linalg_svd.default: _linalg_svd,
     }
