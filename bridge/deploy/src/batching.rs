@@ -66,7 +66,7 @@ mod tests {
     #[test]
     fn concat_then_slice_round_trips_on_inner_batch_dim() {
         // shape [2, b, 3] with 1-byte elements, batch dim 1.
-        let a: Vec<u8> = (0..2 * 1 * 3).collect();
+        let a: Vec<u8> = (0..6).collect(); // 2 x 1 x 3
         let b: Vec<u8> = (100..100 + 2 * 2 * 3).collect();
         let cat = concat_pad(&[(&a, 1), (&b, 2)], &[2, 0, 3], 1, 1, 4);
         assert_eq!(cat.len(), 2 * 4 * 3);

@@ -225,7 +225,7 @@ fn malformed_safetensors_never_panic() {
     let hdr = |h: &str, data: usize| {
         let mut v = (h.len() as u64).to_le_bytes().to_vec();
         v.extend_from_slice(h.as_bytes());
-        v.extend(std::iter::repeat(0u8).take(data));
+        v.extend(std::iter::repeat_n(0u8, data));
         v
     };
     let fixed: Vec<Vec<u8>> = vec![

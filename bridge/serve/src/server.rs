@@ -35,6 +35,7 @@ pub async fn serve(
         .await;
     let svc = PredictorServer::new(PredictorService::new(model, queue, cfg.deadline))
         .max_decoding_message_size(cfg.max_message_bytes);
+    #[allow(clippy::result_large_err)] // tonic's Interceptor signature
     let check = move |req: tonic::Request<()>| match &token {
         Some(t) => t.check(req),
         None => Ok(req),

@@ -129,3 +129,23 @@ fn work(model: &Model, rx: &Receiver<Job>, batching: bool, max_delay: Duration) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let (reply, _rx) = oneshot::channel();
+        Job { inputs: Vec::new(), batch: None, reply }
+    }
+
+    #[test]
+    fn a_full_queue_refuses_at_once_and_a_stopped_worker_is_closed() {
+        let (tx, rx) = sync_channel::<Job>(1);
+        let q = Queue { tx };
+        assert!(q.submit(job()).is_ok());
+        assert_eq!(q.submit(job()).err(), Some(SubmitError::Full));
+        drop(rx);
+        assert_eq!(q.submit(job()).err(), Some(SubmitError::Closed));
+    }
+}
