@@ -267,7 +267,8 @@ def known_targets() -> list[str]:
     """Every known target name (shipped table plus ``HLOBRIDGE_TARGETS``)."""
 
 def accelerators() -> dict[str, str | None]:
-    """Paths of libtpu, the CUDA PJRT plugin and the CUDA data dir (or None)."""
+    """Paths of libtpu, the CUDA PJRT plugin, the CUDA data dir and the Mosaic
+    GPU runtime (or None)."""
 
 # --- device runtimes (python/src/device_runtime.rs) ---------------------------
 

@@ -130,7 +130,8 @@ pub fn known_targets() -> PyResult<Vec<String>> {
 }
 
 /// Where the accelerator compilers are: `{"libtpu": path|None,
-/// "cuda_plugin": path|None, "cuda_data_dir": path|None}`.
+/// "cuda_plugin": path|None, "cuda_data_dir": path|None,
+/// "mosaic_gpu_runtime": path|None}`.
 #[pyfunction]
 pub fn accelerators(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     use pjrt_client::accel;
@@ -139,5 +140,6 @@ pub fn accelerators(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("libtpu", s(accel::find_libtpu()))?;
     d.set_item("cuda_plugin", s(accel::find_cuda_plugin()))?;
     d.set_item("cuda_data_dir", s(accel::find_cuda_data_dir()))?;
+    d.set_item("mosaic_gpu_runtime", s(accel::find_mosaic_gpu_runtime()))?;
     Ok(d)
 }

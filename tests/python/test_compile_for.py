@@ -339,3 +339,21 @@ def test_unknown_target_and_bad_input_are_named_errors():
         hb.compile_for("gpu:h100", lambda a: a, torch.ones(2))
     with pytest.raises(hb.ArgumentError, match="cannot compile a int"):
         hb.compile_for("cpu", 3)
+
+
+def test_mosaic_gpu_kernel_compiles_with_the_mosaic_gpu_runtime():
+    """A Pallas kernel lowered through Mosaic GPU (jax 0.10.2's default GPU
+    backend) compiles for the H100: hlobridge loads jax-cuda12-plugin's
+    Mosaic GPU runtime, whose host symbols the kernel's custom call needs."""
+    need("cuda:h100")
+    if not _native.accelerators().get("mosaic_gpu_runtime"):
+        need_msg = "jax-cuda12-plugin (the Mosaic GPU runtime) is not installed"
+        if os.environ.get("HLOBRIDGE_ACCEL") == "0":
+            pytest.skip(need_msg + " (HLOBRIDGE_ACCEL=0)")
+        pytest.fail(need_msg + "; scripts/setup.sh installs it into .venv/accel")
+    x, y = torch.randn(16, 128), torch.randn(16, 128)
+    seg = trace_pallas(pallas_add, x, y, target="cuda", backend="mosaic_gpu")
+    prog = stitch_program([("x", ttype(x)), ("y", ttype(y))], [(seg, ["x", "y"], ["z"])], ["z"])
+    exe = hb.compile_for("cuda:h100", prog)
+    check(exe, "cuda:h100")
+    assert [(k.custom_call_target, k.backend) for k in exe.kernels] == [("mosaic_gpu_v2", "Pallas Mosaic GPU")]
