@@ -171,7 +171,8 @@ def main() -> int:
             lines.append(f"| {name if first else ''} | {config if first else ''} | "
                          f"{PATH_TITLES[p]} | {_diffs(c)} | {c.get('seconds', '')} |")
             first = False
-    lines.append(f"\nAll cells together: {total / 60:.1f} minutes.\n")
+    lines.append(f"\nAll cells together: {total / 60:.1f} minutes of wall time on the machine "
+                 "and load named above.\n")
     errors = [(k, c) for k, c in cells.items() if c["status"] != "pass"]
     if errors:
         lines.append("## Errors\n")
