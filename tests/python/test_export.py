@@ -75,6 +75,22 @@ def test_jax_function_with_a_weight(tmp_path: Path) -> None:
     np.testing.assert_allclose(out["output_1"].numpy(), np.asarray(want[1]), atol=ATOL)
 
 
+
+def _double_tanh(a):  # type: ignore[no-untyped-def]
+    return jnp.tanh(a) * 2
+
+
+def test_torch_function_calling_jax(tmp_path: Path) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(hb.call_jax(_double_tanh, x @ y)) + 1
+
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    art = hb.export(f, x, y, path=tmp_path / "f")
+    assert [(p["name"], p["weight"]) for p in art.manifest["params"]] == [("x", False), ("y", False)]
+    x2, y2 = torch.randn(3, 4), torch.randn(4, 5)
+    torch.testing.assert_close(hb.export.load(tmp_path / "f").run(x=x2, y=y2)["output"], f(x2, y2),
+                               atol=ATOL, rtol=0)
+
 def test_tampered_and_foreign_artifacts_are_refused(exported: tuple[Hybrid, Path], tmp_path: Path) -> None:
     import shutil
 
