@@ -151,8 +151,8 @@ fn compile_for_target_cpu_and_tpu() {
         return;
     }
     let t = Target::resolve("tpu:v6e", None).unwrap();
-    let c = compile_for_target(&t, TANH_MATMUL, &CompileOptions::default(), None)
-        .expect("tpu compile");
+    let c =
+        compile_for_target(&t, TANH_MATMUL, &CompileOptions::default(), None).expect("tpu compile");
     assert_eq!((c.platform.as_str(), c.topology_devices), ("tpu", 4));
     assert_eq!(c.device_kind, "TPU v6 lite");
     let m = c.memory.expect("memory stats");

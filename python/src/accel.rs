@@ -67,23 +67,24 @@ pub fn compile_for_target<'py>(
         }
         _ => None,
     };
-    let (result, rewritten) = py.allow_threads(|| {
-        let lowered = rt.as_ref().and_then(|rt| {
-            if !rt.client.host_kernels().gemm {
-                return None;
-            }
-            let l = hlobridge::lower::host_lowering_for(rt.client.platform_name())?;
-            hlobridge::lower::lower_text_for_host(text, &l)
-        });
-        let (program, rewritten) = match &lowered {
-            Some((p, r)) => (p.as_str(), r.rewritten),
-            None => (text, 0),
-        };
-        runtime::check_compile()?;
-        let r = compile_target(&t, program, &opts, rt.as_ref().map(|rt| &rt.client));
-        r.map(|c| (c, rewritten))
-    })
-    .map_err(pjrt_to_py)?;
+    let (result, rewritten) = py
+        .allow_threads(|| {
+            let lowered = rt.as_ref().and_then(|rt| {
+                if !rt.client.host_kernels().gemm {
+                    return None;
+                }
+                let l = hlobridge::lower::host_lowering_for(rt.client.platform_name())?;
+                hlobridge::lower::lower_text_for_host(text, &l)
+            });
+            let (program, rewritten) = match &lowered {
+                Some((p, r)) => (p.as_str(), r.rewritten),
+                None => (text, 0),
+            };
+            runtime::check_compile()?;
+            let r = compile_target(&t, program, &opts, rt.as_ref().map(|rt| &rt.client));
+            r.map(|c| (c, rewritten))
+        })
+        .map_err(pjrt_to_py)?;
     let d = PyDict::new(py);
     d.set_item("target", &result.target)?;
     d.set_item("platform", &result.platform)?;
@@ -111,7 +112,10 @@ pub fn compile_for_target<'py>(
     }
     d.set_item("capacity", result.capacity)?;
     d.set_item("vmem_capacity", result.vmem_capacity)?;
-    d.set_item("fusions", result.fusions.clone().into_iter().collect::<Vec<_>>())?;
+    d.set_item(
+        "fusions",
+        result.fusions.clone().into_iter().collect::<Vec<_>>(),
+    )?;
     d.set_item(
         "custom_calls",
         result.custom_calls.clone().into_iter().collect::<Vec<_>>(),

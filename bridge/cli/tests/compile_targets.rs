@@ -263,7 +263,10 @@ fn stitch_plan_compiles_for_cpu_and_tpu() {
     let (code, r, err) = compile(&plan, "cpu", &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(r["platform"], "cpu", "{r}");
-    assert!(r["program"].as_str().unwrap().ends_with("(stitched)"), "{r}");
+    assert!(
+        r["program"].as_str().unwrap().ends_with("(stitched)"),
+        "{r}"
+    );
     assert!(r["serialized_bytes"].as_u64().unwrap() > 0, "{r}");
     if tpu() {
         let (code, r, err) = compile(&plan, "tpu:v5e", &[]);
@@ -272,7 +275,11 @@ fn stitch_plan_compiles_for_cpu_and_tpu() {
     }
     // A plan that does not stitch is a named failure, not a panic.
     let bad = plan.with_file_name("bad.toml");
-    std::fs::write(&bad, "[[segment]]\nname = \"x\"\nmodule = \"missing.mlir\"\n").unwrap();
+    std::fs::write(
+        &bad,
+        "[[segment]]\nname = \"x\"\nmodule = \"missing.mlir\"\n",
+    )
+    .unwrap();
     let (code, _, err) = compile(&bad, "cpu", &[]);
     assert_eq!(code, 1);
     assert!(err.contains("CompileFailed: stitch"), "{err}");
@@ -308,7 +315,11 @@ fn sharded_programs_compile_for_4_tpu_and_8_gpu_devices() {
         let f = write_tmp("sharded8.mlir", &sharded_module(8));
         let (code, r, err) = compile(&f, "cuda:h100:8", &[]);
         assert_eq!(code, 0, "{err}");
-        assert_eq!((r["partitions"].clone(), r["topology_devices"].clone()), (8.into(), 8.into()), "{r}");
+        assert_eq!(
+            (r["partitions"].clone(), r["topology_devices"].clone()),
+            (8.into(), 8.into()),
+            "{r}"
+        );
         assert_eq!(r["memory"]["arguments"], 8 * 256 * 4, "{r}");
         // More partitions than the topology has devices: a named failure.
         let (code, _, err) = compile(&f, "cuda:h100:4", &[]);
