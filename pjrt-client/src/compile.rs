@@ -96,6 +96,30 @@ pub enum XlaOption {
     Double(f64),
 }
 
+/// The XLA CPU flags hlobridge sets by default, so that programs keep the
+/// IEEE semantics torch, jax and the StableHLO spec give them.
+///
+/// - `xla_cpu_enable_fast_min_max = false`: the CPU plugin's own default
+///   (`true`) makes `maximum`, `minimum`, `reduce` with them and max
+///   pooling drop a NaN operand (`max(nan, 1) = 1`), where eager torch and
+///   the spec propagate it. jaxlib sends `false` as well.
+///
+/// Each is an `env_option_overrides` entry on top of the plugin's defaults;
+/// a caller's own value for the same name wins ([`with_cpu_semantics`]).
+pub const CPU_SEMANTICS: &[(&str, bool)] = &[("xla_cpu_enable_fast_min_max", false)];
+
+/// `overrides` with [`CPU_SEMANTICS`] added in front of them, except the
+/// names `overrides` sets itself.
+pub fn with_cpu_semantics(overrides: Vec<(String, XlaOption)>) -> Vec<(String, XlaOption)> {
+    let mut out: Vec<(String, XlaOption)> = CPU_SEMANTICS
+        .iter()
+        .filter(|(name, _)| !overrides.iter().any(|(k, _)| k == name))
+        .map(|(name, v)| ((*name).to_string(), XlaOption::Bool(*v)))
+        .collect();
+    out.extend(overrides);
+    out
+}
+
 /// Compile options; always encodes `num_replicas` and `num_partitions`
 /// (a compile-options proto without them aborts some plugins).
 #[derive(Debug, Clone, PartialEq)]

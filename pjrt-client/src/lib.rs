@@ -51,7 +51,10 @@ pub mod wait_policy;
 pub use api::{Api, ExtensionInfo, Plugin};
 pub use buffer::{Buffer, Dims, OnDelete};
 pub use client::{Client, ClientOptions, OptionValue};
-pub use compile::{CompileOptions, Partitioner, Program, ProgramFormat, XlaOption};
+pub use compile::{
+    with_cpu_semantics, CompileOptions, Partitioner, Program, ProgramFormat, XlaOption,
+    CPU_SEMANTICS,
+};
 pub use device::{Device, Memory};
 pub use discovery::{find_plugin, DiscoveryOptions, FoundPlugin};
 pub use dtype::{ElementType, NativeType};

@@ -144,8 +144,11 @@ fn xla_option(key: &str, v: &Bound<'_, PyAny>) -> PyResult<XlaOption> {
     }
 }
 
+/// The CPU runtime's compile options: [`pjrt_client::CPU_SEMANTICS`]
+/// (NaN-propagating min/max, as torch and jax) under the caller's overrides.
 fn compile_options(xla_options: Option<&Bound<'_, PyDict>>) -> PyResult<CompileOptions> {
     let mut opts = CompileOptions::default();
+    opts.xla_options = pjrt_client::with_cpu_semantics(Vec::new());
     if let Some(d) = xla_options {
         let mut items: Vec<(String, XlaOption)> = Vec::with_capacity(d.len());
         for (k, v) in d.iter() {
@@ -156,7 +159,7 @@ fn compile_options(xla_options: Option<&Bound<'_, PyDict>>) -> PyResult<CompileO
         // Sorted, so the encoded options (part of the cache key) do not
         // depend on dict order.
         items.sort_by(|a, b| a.0.cmp(&b.0));
-        opts.xla_options = items;
+        opts.xla_options = pjrt_client::with_cpu_semantics(items);
     }
     Ok(opts)
 }

@@ -14,8 +14,10 @@ when an integer result (indices, counts) differs from eager's at all.
 The second half are the adversarial inputs that found the defects fixed in
 ``hlobridge.dynamo.numerics_decomp`` (NaN and all ``-inf`` slices in
 max/min/argmax, integer ``cumsum`` overflow, index dtypes), each a
-regression test that failed before its fix, and the ones still open
-(``xfail(strict=True)``, with the reason).
+regression test that failed before its fix; NaN through ``maximum``,
+``minimum`` and max pooling (the CPU plugin's default
+``xla_cpu_enable_fast_min_max=true`` dropped it: hlobridge now compiles with
+``pjrt_client::CPU_SEMANTICS``) among them.
 """
 
 from __future__ import annotations
@@ -254,8 +256,8 @@ OPEN: dict[str, Case] = {
 
 
 @pytest.mark.parametrize("name", list(OPEN))
-@pytest.mark.xfail(strict=True, reason="XLA CPU fast min/max drops NaN (plugin default)")
-def test_open_nan_in_maximum(name: str) -> None:
+def test_nan_in_maximum_propagates(name: str) -> None:
+    """Failed with the CPU plugin's default fast min/max (NaN dropped)."""
     fn, build, grad = OPEN[name]
     g = torch.Generator().manual_seed(sum(map(ord, name)) + 2)
     _check(fn, build(g), grad)
@@ -319,9 +321,9 @@ def test_call_jax_matches_jax_jit(name: str) -> None:
             assert float(np.abs(o - t).max()) <= 4 * np.finfo(np.float32).eps * scale
 
 
-@pytest.mark.xfail(strict=True, reason="XLA CPU fast min/max drops NaN (plugin default); "
-                   "jax.jit propagates it")
 def test_call_jax_maximum_nan_matches_jax_jit() -> None:
+    """jax.jit propagates the NaN (jaxlib compiles with fast min/max off);
+    so does hlobridge (``CPU_SEMANTICS``)."""
     import jax
     import jax.numpy as jnp
     import numpy as np

@@ -138,7 +138,7 @@ pub(crate) fn run_module(
         }
     }
     let mut options = compile_options(m);
-    options.xla_options = xla_options;
+    options.xla_options = pjrt_client::with_cpu_semantics(xla_options);
     let need = options.num_partitions * options.num_replicas;
     if need > client.device_count() {
         return Err(format!(

@@ -122,7 +122,7 @@ pub(crate) fn run_hlobridge(ctx: &Ctx, name: &str, src: &str, first_line: u32) -
         }
     }
     let mut options = runtime::compile_options(&m);
-    options.xla_options = ctx.xla_options.to_vec();
+    options.xla_options = pjrt_client::with_cpu_semantics(ctx.xla_options.to_vec());
     finish(ctx, &program, &options, nparams, &rw.checks)
 }
 
@@ -133,7 +133,7 @@ pub(crate) fn run_raw(ctx: &Ctx, src: &str, first_line: u32) -> CaseResult {
         text_int_attr(src, "mhlo.num_replicas").unwrap_or(1),
         src.contains("sdy.mesh"),
     );
-    options.xla_options = ctx.xla_options.to_vec();
+    options.xla_options = pjrt_client::with_cpu_semantics(ctx.xla_options.to_vec());
     match hlobridge::conform::raw::rewrite_checks_text(src, first_line) {
         Ok(rw) => finish(ctx, &rw.text, &options, rw.entry_params, &rw.checks),
         // No entry the text rewrite can find, and no checks to move: the

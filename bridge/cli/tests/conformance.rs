@@ -681,14 +681,17 @@ fn run_applies_xla_options() {
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(
-        stdout.contains("compile options: plugin defaults\n"),
+        stdout.contains("compile options: plugin defaults + xla_cpu_enable_fast_min_max=false\n"),
         "{stdout}"
     );
     let o = hlobridge(&["run", m, "--xla-option", "xla_cpu_enable_fast_math=false"]);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(
-        stdout.contains("compile options: plugin defaults + xla_cpu_enable_fast_math=false"),
+        stdout.contains(
+            "compile options: plugin defaults + xla_cpu_enable_fast_min_max=false, \
+             xla_cpu_enable_fast_math=false"
+        ),
         "{stdout}"
     );
     // The plugin names options it does not know; malformed ones are ours.
