@@ -103,9 +103,7 @@ def _model(name: str, library: str, config: str, build: object, heavy: tuple[str
 
 MODELS: list[ZooModel] = [
     _model("tv-resnet18", "torchvision", "resnet18(num_classes=10), 32x32 images", _resnet18,
-           lr_scale=0.1, heavy=("step_sgd",),
-           heavy_reason="an earlier run drifted (conv1.weight 3.4e-4 from float64 after 3 "
-                        "steps, eager float32 6.6e-7), under investigation"),
+           lr_scale=0.1),
     _model("tv-mobilenet_v3_small", "torchvision",
            "MobileNetV3 with 4 of Small's 11 blocks (one of each kind), num_classes=10; "
            "32x32 images", _mobilenet_v3, lr_scale=0.1),
