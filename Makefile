@@ -16,7 +16,7 @@ help:
 	@echo "make test-nodonate        # all tests with HLOBRIDGE_GEMM_DONATE=0"
 	@echo "make test-1core-nodonate  # pinned to one core, then pinned with HLOBRIDGE_GEMM_DONATE=0"
 	@echo "make soak MINUTES=N       # N-minute soak from 4 threads (default 2); -> bench-results/soak.json"
-	@echo "make bench  # end-to-end benchmark suite -> bench-results/e2e.json, docs/bench/*.png"
+	@echo "make bench  # end-to-end suite (incl. model zoo) -> bench-results/e2e.json, docs/bench/*.png; serve load test"
 	@echo "make bench-criterion  # the cargo criterion benches (parse/print, stitch, execute)"
 
 setup:
@@ -55,6 +55,7 @@ soak: setup
 
 bench: setup
 	.venv/bin/python benches/e2e/run.py --docs docs/bench
+	.venv/bin/python benches/serve_load.py --json bench-results/serve_load.json
 
 bench-quick: setup
 	.venv/bin/python benches/e2e/run.py --quick --out bench-results/quick
