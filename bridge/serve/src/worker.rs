@@ -136,7 +136,11 @@ mod tests {
 
     fn job() -> Job {
         let (reply, _rx) = oneshot::channel();
-        Job { inputs: Vec::new(), batch: None, reply }
+        Job {
+            inputs: Vec::new(),
+            batch: None,
+            reply,
+        }
     }
 
     #[test]
