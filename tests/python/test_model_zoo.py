@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,25 +38,13 @@ import torch.nn.functional as F
 import hlobridge as hb
 from model_zoo import MODELS, by_name
 from model_zoo.paths import PATHS, run_path
-from model_zoo.results import flush, record_cell
+from model_zoo.results import SEED, fresh_dynamo, write_results  # noqa: F401 (fixtures)
+from model_zoo.results import record_cell
 
-SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", "20240917"))
 RUN_HEAVY = os.environ.get("HLOBRIDGE_ZOO") == "all"
 EXPECTED_ERRORS: dict[tuple[str, str], type[BaseException]] = {}
 """(model, path) -> the named error that cell raises today."""
 
-
-@pytest.fixture(scope="module", autouse=True)
-def write_results() -> Iterator[None]:
-    yield
-    flush(SEED)
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 # Dynamo itself reads ``.grad`` of a non-leaf tensor while tracing T5 and

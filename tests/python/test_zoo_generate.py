@@ -16,8 +16,6 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_zoo_
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,26 +25,14 @@ from torch._dynamo.utils import counters
 import hlobridge as hb
 from model_zoo import by_name
 from model_zoo.hf import VOCAB
-from model_zoo.results import flush, record_cell
+from model_zoo.results import SEED, fresh_dynamo, write_results  # noqa: F401 (fixtures)
+from model_zoo.results import record_cell
 
-SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", "20240917"))
 PROMPT, NEW_TOKENS, BATCH = 6, 8, 2
 LOGITS_TOL = dict(rtol=1e-4, atol=1e-4)
 MAX_GRAPHS = 2
 """Prefill and decode step."""
 
-
-@pytest.fixture(scope="module", autouse=True)
-def write_results() -> Iterator[None]:
-    yield
-    flush(SEED)
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _generate(model: torch.nn.Module, prompt: torch.Tensor) -> Any:

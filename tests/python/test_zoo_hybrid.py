@@ -17,8 +17,6 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_zoo_
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,22 +24,10 @@ import torch
 from model_zoo.hybrid import HYBRIDS
 from model_zoo.jax_pieces import pallas_attention
 from model_zoo.paths import HYBRID_PATHS, run_hybrid
-from model_zoo.results import flush, record_cell
-
-SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", "20240917"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def write_results() -> Iterator[None]:
-    yield
-    flush(SEED)
+from model_zoo.results import SEED, fresh_dynamo, write_results  # noqa: F401 (fixtures)
+from model_zoo.results import record_cell
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 # Dynamo itself reads ``.grad`` of a non-leaf tensor while tracing timm's

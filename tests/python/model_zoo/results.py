@@ -10,11 +10,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["flush", "record_cell"]
+import pytest
+import torch
+
+__all__ = ["SEED", "flush", "fresh_dynamo", "record_cell", "write_results"]
+
+SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", "20240917"))
+"""The zoo's seed (``HLOBRIDGE_TEST_SEED`` overrides it)."""
 
 _RESULTS: dict[str, dict[str, Any]] = {}
 
@@ -53,6 +59,22 @@ def flush(seed: int) -> None:
     old["versions"] = _versions()
     path.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
     _RESULTS.clear()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def write_results() -> Iterator[None]:
+    """Module fixture of every zoo test module: merge its cells into the
+    results file when the module ends."""
+    yield
+    flush(SEED)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    """Each zoo test starts and ends with Dynamo's caches empty."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 def _versions() -> dict[str, str]:
