@@ -6,7 +6,7 @@ SHELL := /bin/bash
 export INSTA_UPDATE ?= no
 export PJRT_DEVICE ?= CPU
 
-.PHONY: help setup demo test test-rust test-python test-1core test-nodonate test-1core-nodonate soak \
+.PHONY: help setup demo test test-rust test-tch test-python test-1core test-nodonate test-1core-nodonate soak \
 	bench bench-quick bench-criterion fmt
 
 help:
@@ -25,10 +25,21 @@ setup:
 demo: setup
 	@scripts/demo.sh
 
-test: setup test-rust test-python
+test: setup test-rust test-tch
+	HLOBRIDGE_REQUIRE_TCH=1 $(MAKE) --no-print-directory test-python
 
 test-rust:
 	cargo test --release -q
+
+# The deploy crate's `tch` feature, built against the libtorch inside the
+# pinned torch wheel (torch-sys compiles its C++ shim: minutes, first time),
+# its tests, and the example binary tests/python/test_export.py runs.
+TORCH_LIB = $(shell .venv/bin/python -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
+test-tch:
+	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH LD_LIBRARY_PATH=$(TORCH_LIB) \
+		cargo test --release -q -p hlobridge-deploy --features tch
+	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH \
+		cargo build --release -q -p hlobridge-deploy --features tch --example deploy_tch
 
 test-python:
 	.venv/bin/python -m pytest -q -W error tests/python

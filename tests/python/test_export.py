@@ -132,19 +132,20 @@ def test_training_mode_and_bad_arguments_are_refused(tmp_path: Path) -> None:
 def test_rust_tch_example_matches_eager(exported: tuple[Hybrid, Path], tmp_path: Path) -> None:
     """The `tch` feature's example binary (built only with
     ``--features tch``; skipped otherwise) runs the artifact from Rust."""
+    import os
     import subprocess
 
     import numpy as np
 
     exe = Path(__file__).resolve().parents[2] / "target" / "release" / "examples" / "deploy_tch"
     if not exe.is_file():
+        # `make test` builds it (test-tch) and sets HLOBRIDGE_REQUIRE_TCH=1.
+        assert os.environ.get("HLOBRIDGE_REQUIRE_TCH") != "1", f"{exe} was not built"
         pytest.skip("deploy_tch not built (cargo build --release -p hlobridge-deploy --features tch "
                     "--example deploy_tch)")
     model, path = exported
     x = torch.randn(3, 16)
     np.save(tmp_path / "x.npy", x.numpy())
-    import os
-
     # libtorch of the pinned torch wheel, which the binary was linked against.
     env = {**os.environ, "LD_LIBRARY_PATH": str(Path(torch.__file__).parent / "lib")}
     r = subprocess.run([str(exe), str(path), str(tmp_path / "out"), str(tmp_path / "x.npy")],
