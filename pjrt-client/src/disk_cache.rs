@@ -41,7 +41,6 @@ mod secure;
 
 pub use secure::host_id;
 
-use crate::stats::Counter;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::fs;
@@ -60,6 +59,33 @@ const EXT: &str = "pjrt";
 
 /// Executables written to the disk cache by this process.
 pub static DISK_WRITES: Counter = Counter::new();
+
+/// A process-wide event counter.
+#[derive(Debug)]
+pub struct Counter(std::sync::atomic::AtomicU64);
+
+impl Counter {
+    /// Zero.
+    pub const fn new() -> Self {
+        Counter(std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current count.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// The cache's settings, read from the environment on each use (cheap next
 /// to a compile, and lets a process change them at run time).
@@ -231,7 +257,7 @@ impl Key<'_> {
 
 /// A string identifying the plugin build and client configuration: an
 /// executable serialized under one identity is only loaded under the same.
-pub fn plugin_identity(client: &pjrt_client::Client, plugin_path: &Path) -> String {
+pub fn plugin_identity(client: &crate::Client, plugin_path: &Path) -> String {
     let (size, mtime) = match fs::metadata(plugin_path) {
         Ok(m) => (
             m.len(),

@@ -33,6 +33,7 @@ pub mod compile;
 pub mod cuda;
 pub mod device;
 pub mod discovery;
+pub mod disk_cache;
 pub mod dlpack;
 pub mod dlpack_import;
 pub mod dtype;

@@ -19,10 +19,10 @@
 //! plugin identity, options and text) and deserialized; a real compile
 //! stores its serialized executable there.
 
-use crate::disk_cache::{self, Config, Key, Store};
 use crate::errors::pjrt_to_py;
 use crate::runtime;
 use crate::stats;
+use pjrt_client::disk_cache::{self, Config, Key, Store};
 use pjrt_client::{CompileOptions, LoadedExecutable, Program, XlaOption};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};

@@ -7,13 +7,12 @@
 //! client ([`runtime`]), compilation with a content-keyed cache
 //! ([`executable`]), zero-copy execution on raw host pointers ([`execute`],
 //! outputs as DLPack capsules from [`dlpack`]), counters ([`stats`]), the
-//! persistent on-disk compile cache ([`disk_cache`]), the `call_jax` hot
+//! persistent on-disk compile cache (`pjrt_client::disk_cache`), the `call_jax` hot
 //! path ([`fastcall`]) and per-thread receipts ([`receipt`]).
 //! Rust logs reach Python's `logging` through [`logging`].
 
 mod accel;
 mod device_runtime;
-mod disk_cache;
 mod dlpack;
 mod dtype;
 mod errors;

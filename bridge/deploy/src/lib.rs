@@ -17,6 +17,7 @@
 //! ```
 
 pub mod batching;
+pub mod compile_cache;
 pub mod error;
 pub mod manifest;
 pub mod model;

@@ -8,9 +8,7 @@ use crate::batching::{concat_pad, slice_rows};
 use crate::error::{DeployError, Result};
 use crate::manifest::{content_hash, element_type, Manifest};
 use crate::safetensors;
-use pjrt_client::{
-    Buffer, Client, ClientOptions, CompileOptions, ElementType, LoadedExecutable, Plugin, Program,
-};
+use pjrt_client::{Buffer, Client, ClientOptions, ElementType, LoadedExecutable, Plugin};
 use std::path::{Path, PathBuf};
 
 /// A dense host tensor (row-major, little-endian bytes).
@@ -170,7 +168,8 @@ impl Model {
         for (f, text) in manifest.modules.iter().zip(&modules) {
             let text = std::str::from_utf8(text)
                 .map_err(|_| DeployError::Manifest(format!("{} is not UTF-8 text", f.file)))?;
-            let exe = client.compile(&Program::mlir_text(text), &CompileOptions::default())?;
+            let (exe, outcome) = crate::compile_cache::compile(&client, text)?;
+            tracing::debug!(file = %f.file, ?outcome, "artifact module ready");
             if exe.num_outputs() != manifest.outputs.len() {
                 return Err(DeployError::Manifest(format!(
                     "{} has {} results, the manifest lists {}",
