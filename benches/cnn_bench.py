@@ -43,33 +43,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 import hlobridge as hb  # noqa: E402
-from model_zoo.spec import zoo_loss  # noqa: E402
+from model_zoo.spec import calibrate_batchnorm, zoo_loss  # noqa: E402
 from model_zoo.vision import MODELS  # noqa: E402
 
 NAMES = {"resnet18": "tv-resnet18", "mobilenet": "tv-mobilenet_v3_small",
          "efficientnet": "tv-efficientnet_b0", "convnext": "tv-convnext_tiny"}
 
 
-def _calibrate(spec: Any, model: torch.nn.Module) -> None:
-    """Give BatchNorm layers the running statistics of real batches, as a
-    trained model has: with fresh statistics (mean 0, variance 1) eval-mode
-    activations shrink layer after layer into float32 subnormals, which
-    eager torch computes very slowly and XLA flushes to zero, and the
-    comparison would time that instead of the model."""
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average
-    model.train()
-    with torch.no_grad():
-        for _ in range(2):
-            spec.logits(model, *spec.inputs())
-
-
 def _infer_variants(spec: Any, inductor: bool) -> dict[str, Callable[[], Any]]:
     torch.manual_seed(0)
     base = spec.build()
-    _calibrate(spec, base)
+    calibrate_batchnorm(spec, base)
     base.eval()
     x = spec.inputs()
     out: dict[str, Callable[[], Any]] = {}

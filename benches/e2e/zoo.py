@@ -64,6 +64,7 @@ import hlobridge as hb  # noqa: E402
 from hlobridge import _native  # noqa: E402
 from hlobridge.dynamo import CompiledGraph, compiled_graphs  # noqa: E402
 from model_zoo import MODELS, ZooModel, by_name, zoo_loss  # noqa: E402
+from model_zoo.spec import calibrate_batchnorm  # noqa: E402
 from timing import Stats, interleaved, summarize  # noqa: E402
 
 PATHS = ("infer", "step_sgd", "train")
@@ -107,23 +108,6 @@ def _error(e: BaseException) -> str:
         e = inner
     msg = " ".join(str(e).split())
     return f"{type(e).__name__}: {msg[:300]}"
-
-
-def _calibrate(spec: ZooModel, model: torch.nn.Module) -> None:
-    """BatchNorm running statistics from two real batches (cumulative)."""
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    if not bns:
-        return
-    saved = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
-    model.train()
-    with torch.no_grad():
-        for _ in range(2):
-            spec.logits(model, *spec.inputs())
-    for m, mom in zip(bns, saved):
-        m.momentum = mom
 
 
 class _Timed:
@@ -283,7 +267,7 @@ def _row(spec: ZooModel, path: str, stats: dict[str, Stats], rounds: dict[str, l
 def _infer(spec: ZooModel, plan: ZooPlan) -> dict[str, Any]:
     torch.manual_seed(SEED)
     model = spec.build()
-    _calibrate(spec, model)
+    calibrate_batchnorm(spec, model)
     model.eval()
     xs = spec.inputs()
     fns: dict[str, Callable[[], Any]] = {}

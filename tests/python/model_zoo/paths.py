@@ -44,7 +44,7 @@ import torch
 
 import hlobridge as hb
 from model_zoo.hybrid import OPTAX_WEIGHT_DECAY, HybridModel, optax_adamw
-from model_zoo.spec import ZooModel, zoo_loss
+from model_zoo.spec import ZooModel, calibrate_batchnorm, zoo_loss
 
 __all__ = ["PATHS", "HYBRID_PATHS", "INFER_TOL", "LOSS_TOL", "PARAM_TOL", "ADAM_TOL", "run_path",
            "run_hybrid"]
@@ -155,26 +155,6 @@ def _batches(spec: ZooModel, n: int) -> list[tuple[torch.Tensor, ...]]:
     return out
 
 
-def _calibrate(spec: ZooModel, model: torch.nn.Module) -> None:
-    """Give BatchNorm layers the running statistics of real batches (as a
-    trained model has), so that eval-mode logits are not vanishingly small
-    (fresh statistics, mean 0 and variance 1, shrink activations layer after
-    layer and the comparison would test nothing)."""
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    if not bns:
-        return
-    saved = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average
-    model.train()
-    with torch.no_grad():
-        for _ in range(2):
-            spec.logits(model, *spec.inputs())
-    for m, mom in zip(bns, saved):
-        m.momentum = mom
-
-
 Prepare = Callable[[torch.nn.Module], None]
 """Applied to the model hlobridge runs after the eager references are
 copied from it (the hybrid rows swap JAX modules in here)."""
@@ -195,7 +175,7 @@ class _Segments:
 
 def _compile_infer(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | None = None,
                    seen: _Segments | None = None) -> dict[str, float]:
-    _calibrate(spec, model)
+    calibrate_batchnorm(spec, model)
     model.eval()
     ref = copy.deepcopy(model)
     if prepare is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["ZooModel", "zoo_loss"]
+__all__ = ["ZooModel", "calibrate_batchnorm", "zoo_loss"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,25 @@ def zoo_loss(model: ZooModel) -> Callable[..., torch.Tensor]:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
     return loss_fn
+
+
+def calibrate_batchnorm(spec: ZooModel, model: torch.nn.Module) -> None:
+    """Give BatchNorm layers the running statistics of real batches (as a
+    trained model has), so that eval-mode logits are not vanishingly small
+    (fresh statistics, mean 0 and variance 1, shrink activations layer after
+    layer, eager torch computes their float32 subnormals very slowly and
+    XLA flushes them to zero: a comparison or a timing would test nothing
+    else). Used by the zoo tests and the benchmarks."""
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average
+    model.train()
+    with torch.no_grad():
+        for _ in range(2):
+            spec.logits(model, *spec.inputs())
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
