@@ -424,7 +424,10 @@ def run(plan: ZooPlan, models: list[str] | None, paths: list[str],
         torch._dynamo.reset()
     load1 = os.getloadavg()[0]
     cores = os.cpu_count() or 1
-    busy = max(load0, load1) > 0.5 * cores
+    # Busy: other work was running when the part started, or the load at
+    # the end exceeds what the part's own threads (torch's `threads` plus
+    # XLA's) account for by more than half the cores.
+    busy = load0 > 0.5 * cores or load1 > max(threads, cores) + 0.5 * cores
     return {"torch_threads": threads, "paths": paths, "reps": plan.reps,
             "batch_s": plan.batch_s, "seed": SEED, "loadavg_1m": [load0, load1],
             "busy": busy, "wall_s": time.perf_counter() - t_start, "rows": rows}
