@@ -33,13 +33,17 @@ test-rust:
 
 # The deploy crate's `tch` feature, built against the libtorch inside the
 # pinned torch wheel (torch-sys compiles its C++ shim: minutes, first time),
-# its tests, and the example binary tests/python/test_export.py runs.
+# its tests, and the example binaries tests/python/test_export.py
+# (deploy_tch: the artifact from Rust) and test_serve.py (serve_client_tch:
+# the served model over gRPC from Rust) run.
 TORCH_LIB = $(shell .venv/bin/python -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null)
 test-tch:
 	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH LD_LIBRARY_PATH=$(TORCH_LIB) \
 		cargo test --release -q -p hlobridge-deploy --features tch
 	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH \
 		cargo build --release -q -p hlobridge-deploy --features tch --example deploy_tch
+	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH \
+		cargo build --release -q -p hlobridge-serve --features tch --example serve_client_tch
 
 test-python:
 	.venv/bin/python -m pytest -q -W error tests/python

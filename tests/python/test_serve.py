@@ -204,3 +204,32 @@ def test_bearer_token_and_public_address(artifact: tuple[Hybrid, Path], tmp_path
     r = subprocess.run([*binary_cmd(binary), "serve", str(path), "--addr", "0.0.0.0:0"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "token" in r.stderr
+
+
+def test_rust_tch_client_equals_eager(artifact: tuple[Hybrid, Path], server: str,
+                                      tmp_path: Path) -> None:
+    """The served model called from Rust on tch tensors
+    (``examples/serve_client_tch.rs``, the ``hlobridge-serve`` crate's
+    ``tch`` feature): built and required by ``make test``, skipped elsewhere
+    when not built."""
+    import os
+
+    import numpy as np
+
+    exe = Path(__file__).resolve().parents[2] / "target" / "release" / "examples" / \
+        "serve_client_tch"
+    if not exe.is_file():
+        assert os.environ.get("HLOBRIDGE_REQUIRE_TCH") != "1", f"{exe} was not built"
+        pytest.skip("serve_client_tch not built (cargo build --release -p hlobridge-serve "
+                    "--features tch --example serve_client_tch)")
+    model, _ = artifact
+    for b in (1, 3):
+        x = torch.randn(b, 16)
+        np.save(tmp_path / f"x{b}.npy", x.numpy())
+        env = {**os.environ, "LD_LIBRARY_PATH": str(Path(torch.__file__).parent / "lib")}
+        r = subprocess.run([str(exe), server, str(tmp_path / f"out{b}"),
+                            f"x={tmp_path / f'x{b}.npy'}"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        got = torch.from_numpy(np.load(tmp_path / f"out{b}" / "output.npy"))
+        torch.testing.assert_close(got, _expect(model, x), atol=ATOL, rtol=0)
