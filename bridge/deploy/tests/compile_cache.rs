@@ -43,7 +43,10 @@ fn second_compile_is_a_disk_hit_and_nan_propagates() {
     for exe in [&first, &second] {
         let got = max_of(&client, exe, &[f32::NAN, 1.0], &[1.0, f32::NAN]);
         assert!(got.iter().all(|x| x.is_nan()), "{got:?}");
-        assert_eq!(max_of(&client, exe, &[1.0, -2.0], &[0.5, 3.0]), vec![1.0, 3.0]);
+        assert_eq!(
+            max_of(&client, exe, &[1.0, -2.0], &[0.5, 3.0]),
+            vec![1.0, 3.0]
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
