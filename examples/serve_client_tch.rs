@@ -73,7 +73,10 @@ async fn main() -> Res<()> {
         .connect()
         .await?;
     let mut client = PredictorClient::new(channel);
-    let reply = client.predict(PredictRequest { inputs }).await?.into_inner();
+    let reply = client
+        .predict(PredictRequest { inputs })
+        .await?
+        .into_inner();
     std::fs::create_dir_all(&out_dir)?;
     let mut names: Vec<&String> = reply.outputs.keys().collect();
     names.sort();
