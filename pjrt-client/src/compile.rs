@@ -174,6 +174,24 @@ impl CompileOptions {
         }
     }
 
+    /// Options for `partitions` × `replicas` devices: single-device defaults
+    /// for one partition, else SPMD with Shardy (`shardy`, a module with an
+    /// `sdy.mesh`) or GSPMD. Counts below 1 mean 1.
+    pub fn for_devices(partitions: usize, replicas: usize, shardy: bool) -> Self {
+        let mut o = if partitions > 1 {
+            let partitioner = if shardy {
+                Partitioner::Shardy
+            } else {
+                Partitioner::Gspmd
+            };
+            CompileOptions::spmd(partitions, partitioner)
+        } else {
+            CompileOptions::default()
+        };
+        o.num_replicas = replicas.max(1);
+        o
+    }
+
     /// Adds an XLA flag override.
     pub fn xla_option(mut self, name: impl Into<String>, value: XlaOption) -> Self {
         self.xla_options.push((name.into(), value));

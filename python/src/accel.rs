@@ -13,25 +13,12 @@
 use crate::errors::pjrt_to_py;
 use crate::runtime;
 use pjrt_client::targets::{compile_for_target as compile_target, Target, TargetKind};
-use pjrt_client::{CompileOptions, Partitioner};
+use pjrt_client::CompileOptions;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 fn options(partitions: usize, replicas: usize, shardy: bool) -> CompileOptions {
-    let mut o = if partitions > 1 {
-        CompileOptions::spmd(
-            partitions,
-            if shardy {
-                Partitioner::Shardy
-            } else {
-                Partitioner::Gspmd
-            },
-        )
-    } else {
-        CompileOptions::default()
-    };
-    o.num_replicas = replicas.max(1);
-    o
+    CompileOptions::for_devices(partitions, replicas, shardy)
 }
 
 /// Compiles module `text` for `target` with `partitions` × `replicas`

@@ -11,8 +11,8 @@
 use crate::npy::Npy;
 use hlobridge::ir::{Attribute, Module, Type, TypeId};
 use pjrt_client::{
-    Buffer, Client, CompileOptions, ElementType, ExecuteOptions, LoadedExecutable, Partitioner,
-    Plugin, XlaOption,
+    Buffer, Client, CompileOptions, ElementType, ExecuteOptions, LoadedExecutable, Plugin,
+    XlaOption,
 };
 use std::path::{Path, PathBuf};
 
@@ -83,21 +83,7 @@ pub(crate) fn compile_options(m: &Module) -> CompileOptions {
 
 /// Compile options for `partitions` × `replicas` devices.
 pub(crate) fn compile_options_for(partitions: i64, replicas: i64, shardy: bool) -> CompileOptions {
-    let partitions = partitions.max(1) as usize;
-    let mut o = if partitions > 1 {
-        CompileOptions::spmd(
-            partitions,
-            if shardy {
-                Partitioner::Shardy
-            } else {
-                Partitioner::Gspmd
-            },
-        )
-    } else {
-        CompileOptions::default()
-    };
-    o.num_replicas = replicas.max(1) as usize;
-    o
+    CompileOptions::for_devices(partitions.max(1) as usize, replicas.max(1) as usize, shardy)
 }
 
 /// One output of one device: element type, dims, dense host bytes.
