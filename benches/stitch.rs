@@ -105,7 +105,7 @@ fn half_module(root: &PathBuf) -> Option<String> {
 }
 
 fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let Ok(big) = std::fs::read_to_string(root.join(".cache/big/transformer24_train.mlir")) else {
         eprintln!("stitch bench: run tests/tools/gen_big_module.py first");
         return;

@@ -62,7 +62,7 @@ cargo build --release -q -p hlobridge-cli
 install -m 0755 target/release/hlobridge .venv/bin/hlobridge
 
 # 4. Python package (native extension + pure-Python part), editable.
-src_hash=$( (find python bridge/src pjrt-client/src proto -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.proto' \) -print0 2>/dev/null | sort -z | xargs -0 sha256sum; sha256sum Cargo.lock 2>/dev/null) | sha256sum | cut -d' ' -f1)
+src_hash=$( (find python bridge pjrt-client/src proto -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name '*.toml' -o -name '*.proto' \) -print0 2>/dev/null | sort -z | xargs -0 sha256sum; sha256sum Cargo.lock 2>/dev/null) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMPS/python-pkg" 2>/dev/null)" != "$src_hash" ] || ! .venv/bin/python -c "import hlobridge" 2>/dev/null; then
   log "building the hlobridge Python package"
   VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH" \

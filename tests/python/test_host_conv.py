@@ -1,7 +1,7 @@
 """Convolutions on the CPU plugin through hlobridge's host convolution
 kernel (``hlobridge_conv``, an XLA FFI custom call: im2col plus the host
 GEMM, see ``pjrt-client/src/host_kernels/conv.rs`` and
-``bridge/src/lower/host_conv.rs``).
+``bridge/core/src/lower/host_conv.rs``).
 
 Every case runs a convolution and both of its gradients (input and weight:
 convolutions with lhs dilation, window reversal, swapped batch/feature

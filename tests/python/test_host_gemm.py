@@ -1,6 +1,6 @@
 """Matrix products on the CPU plugin through hlobridge's host GEMM kernels
 (``hlobridge_gemm_*`` FFI custom calls, see ``pjrt-client/src/host_kernels``
-and ``bridge/src/lower/host_gemm.rs``).
+and ``bridge/core/src/lower/host_gemm.rs``).
 
 Every test checks numerics against torch eager on fresh random inputs
 (seed printed on failure, ``HLOBRIDGE_TEST_SEED`` replays), and that the

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// The text of `tests/fixtures/<dir>/<name>`.
 pub fn fixture(dir: &str, name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
+        .join("../../tests/fixtures")
         .join(dir)
         .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))

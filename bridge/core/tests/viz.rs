@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 fn chain() -> Graph {
     let plan =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/stitch/chain.toml");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/stitch/chain.toml");
     let p = Program::from_plan_file(&plan).unwrap_or_else(|e| panic!("{e}"));
     Graph::from_program(&p, "chain.toml").unwrap_or_else(|e| panic!("{e}"))
 }
@@ -154,7 +154,7 @@ fn bad_plan_is_an_error_not_a_panic() {
 #[test]
 fn module_functions_and_calls() {
     let text = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/stitch/jax_mid.mlir"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/stitch/jax_mid.mlir"),
     )
     .unwrap();
     let m = hlobridge::parse_module(&text).unwrap();

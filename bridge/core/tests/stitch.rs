@@ -6,7 +6,7 @@ use hlobridge::stitch::{stitch, Plan, Program, Segment};
 use std::path::PathBuf;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/stitch")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/stitch")
 }
 
 fn read(name: &str) -> String {

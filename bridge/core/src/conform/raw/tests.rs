@@ -169,7 +169,7 @@ fn first_line_offsets_lines() {
 #[test]
 fn agrees_with_the_parsed_rewrite_on_the_suite() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/corpus/stablehlo-testdata");
+        .join("../../../shared/corpus/stablehlo-testdata");
     let Ok(rd) = std::fs::read_dir(&dir) else {
         eprintln!("skipping: no corpus at {}", dir.display());
         return;

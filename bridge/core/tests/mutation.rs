@@ -1,5 +1,5 @@
 //! Bounded mutation testing of the parser (runs in CI; `cargo fuzz` in
-//! `bridge/fuzz` is the unbounded version). Seeds are real modules;
+//! `bridge/core/fuzz` is the unbounded version). Seeds are real modules;
 //! each mutant must either fail with an error or parse, print, and parse
 //! back to a fixpoint — without panicking, hanging or overflowing the
 //! stack.
@@ -64,8 +64,8 @@ const TOKENS: &[&str] = &[
 ];
 
 fn seeds() -> Vec<String> {
-    let mut out = vec![include_str!("../../tests/fixtures/seeds/small.mlir").to_string()];
-    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/jax");
+    let mut out = vec![include_str!("../../../tests/fixtures/seeds/small.mlir").to_string()];
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/jax");
     if let Ok(rd) = std::fs::read_dir(&corpus) {
         let mut files: Vec<_> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
