@@ -10,14 +10,21 @@ export PJRT_DEVICE ?= CPU
 	bench bench-quick bench-criterion fmt
 
 help:
-	@echo "make demo   # set up and run the main job"
-	@echo "make test   # set up and run all tests"
+	@echo "make help                 # this list"
+	@echo "make setup                # venv with the pinned stack, accelerator compilers, the CLI, the Python package (idempotent)"
+	@echo "make demo                 # set up and run the main job"
+	@echo "make test                 # set up and run all tests (Rust, the tch builds, Python)"
+	@echo "make test-rust            # the cargo tests of every default workspace member"
+	@echo "make test-tch             # the deploy/serve crates' tch feature: tests and example binaries"
+	@echo "make test-python          # the pytest suite (-W error)"
 	@echo "make test-1core           # all tests pinned to one core (taskset -c 0)"
 	@echo "make test-nodonate        # all tests with HLOBRIDGE_GEMM_DONATE=0"
 	@echo "make test-1core-nodonate  # pinned to one core, then pinned with HLOBRIDGE_GEMM_DONATE=0"
 	@echo "make soak MINUTES=N       # N-minute soak from 4 threads (default 2); -> bench-results/soak.json"
-	@echo "make bench  # end-to-end suite (incl. model zoo) -> bench-results/e2e.json, docs/bench/*.png; serve load test"
-	@echo "make bench-criterion  # the cargo criterion benches (parse/print, stitch, execute)"
+	@echo "make bench                # end-to-end suite (incl. model zoo) -> bench-results/e2e.json, docs/bench/*.png; serve load test"
+	@echo "make bench-quick          # a short end-to-end bench -> bench-results/quick"
+	@echo "make bench-criterion      # the cargo criterion benches (parse/print, stitch, execute)"
+	@echo "make fmt                  # cargo fmt --all"
 
 setup:
 	@scripts/setup.sh

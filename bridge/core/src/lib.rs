@@ -1,9 +1,14 @@
-//! hlobridge core: an arena-based model of StableHLO/MLIR modules, a lossless
-//! text parser and printer, and (later) the stitcher that merges modules from
-//! different producers into one program.
+//! hlobridge core: an arena-based model of StableHLO/MLIR modules
+//! ([`ir`]), a lossless text parser ([`parse`]) and printer ([`print`]), the
+//! stitcher that merges modules from different producers into one program
+//! ([`stitch`]), the target-specific rewrites applied just before compiling
+//! ([`lower`]: host GEMM/convolution calls, collectives), the differential
+//! conformance runner's pure parts ([`conform`]), and graph views ([`viz`]).
 //!
 //! The crate has no Python and no dynamic-loading dependencies; the runtime
-//! lives in `pjrt-client` and the Python glue in `python/`.
+//! lives in `pjrt-client`, compiling a module for a plugin in
+//! `hlobridge-compile` (`bridge/compile`), and the Python glue in `python/`.
+//! ARCHITECTURE.md at the repository root has the whole map.
 
 pub mod conform;
 pub mod dialects;
