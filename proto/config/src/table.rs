@@ -1,0 +1,360 @@
+//! The table: every `HLOBRIDGE_*` variable the project reads, in Rust,
+//! Python, scripts, benches, examples or tests, with its default, meaning
+//! and readers. One entry per variable; `docs/configuration.md` is rendered
+//! from it ([`crate::render_markdown`]) and a test keeps the two equal.
+//!
+//! To add a variable: add an entry here, read it through
+//! [`crate::get`] and friends (Rust) or the Python package's config module,
+//! and regenerate the doc
+//! (`cargo run -q -p hlobridge-config --example config_doc > docs/configuration.md`).
+
+use std::fmt;
+
+/// Who reads a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reader {
+    /// The Rust crates (library code: CLI, serve, the Python extension's
+    /// Rust half, pjrt-client, core).
+    Rust,
+    /// The Python package (`python/hlobridge`).
+    Python,
+    /// Scripts, benches and examples (`scripts/`, `benches/`, `examples/`,
+    /// the Makefile).
+    Scripts,
+    /// Test suites and their tools (`tests/`, crate `tests/`).
+    Tests,
+}
+
+impl Reader {
+    /// The lower-case word (`rust`, `python`, `scripts`, `tests`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reader::Rust => "rust",
+            Reader::Python => "python",
+            Reader::Scripts => "scripts",
+            Reader::Tests => "tests",
+        }
+    }
+}
+
+impl fmt::Display for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarInfo {
+    /// The variable's name (`HLOBRIDGE_...`).
+    pub name: &'static str,
+    /// The value (or behaviour) when unset, in words.
+    pub default: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+    /// Who reads it.
+    pub read_by: &'static [Reader],
+    /// The section of `docs/configuration.md` it is listed in.
+    pub section: &'static str,
+}
+
+impl VarInfo {
+    /// The readers as one string: `rust, tests`.
+    pub fn read_by_str(&self) -> String {
+        let words: Vec<&str> = self.read_by.iter().map(|r| r.as_str()).collect();
+        words.join(", ")
+    }
+}
+
+macro_rules! variables {
+    ($(
+        section $section:literal {
+            $(
+                $variant:ident = $name:literal,
+                default $default:literal,
+                read_by [$($reader:ident),+],
+                $meaning:literal;
+            )*
+        }
+    )*) => {
+        /// Every `HLOBRIDGE_*` variable, by name (see [`Var::info`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Var {
+            $($(
+                #[doc = concat!("`", $name, "`: ", $meaning)]
+                $variant,
+            )*)*
+        }
+
+        impl Var {
+            /// Every variable, in table order.
+            pub const ALL: &'static [Var] = &[$($(Var::$variant,)*)*];
+
+            /// The variable's row of the table.
+            pub const fn info(self) -> &'static VarInfo {
+                match self {
+                    $($(
+                        Var::$variant => &VarInfo {
+                            name: $name,
+                            default: $default,
+                            meaning: $meaning,
+                            read_by: &[$(Reader::$reader),+],
+                            section: $section,
+                        },
+                    )*)*
+                }
+            }
+        }
+    };
+}
+
+variables! {
+    section "Plugin, runtime and logging" {
+        Plugin = "HLOBRIDGE_PLUGIN",
+            default "(discovery)",
+            read_by [Rust],
+            "Path of the PJRT plugin shared library to load. Skips discovery (the `xla_plugins`/`jax_plugins` entry points of the site-packages, `PJRT_NAMES_AND_LIBRARY_PATHS`, `TPU_LIBRARY_PATH`).";
+        Python = "HLOBRIDGE_PYTHON",
+            default "(none)",
+            read_by [Rust],
+            "Python interpreter whose site-packages plugin and accelerator discovery searches first (before `VIRTUAL_ENV`, `./.venv` and `python3`).";
+        AfterFork = "HLOBRIDGE_AFTER_FORK",
+            default "error",
+            read_by [Rust],
+            "What a forked child does with the PJRT client inherited from its parent: `error` raises `ForkError` on first use, `reinit` leaks the inherited client and creates a fresh one.";
+        Log = "HLOBRIDGE_LOG",
+            default "warn (CLI), debug (Python extension)",
+            read_by [Rust, Tests],
+            "`tracing` filter directives for the Rust log events (e.g. `info`, `pjrt_client=trace`). The CLI prints to stderr; the Python extension forwards to Python's `logging` (logger `hlobridge.<target>`), whose own levels then apply.";
+        SpinUs = "HLOBRIDGE_SPIN_US",
+            default "250",
+            read_by [Rust],
+            "Microseconds the runtime polls for a program's completion (yielding the core) before blocking. Read once per process.";
+    }
+    section "Compile cache" {
+        Cache = "HLOBRIDGE_CACHE",
+            default "1",
+            read_by [Rust, Tests, Scripts],
+            "`0` (or `false`, `off`, `no`) turns the persistent on-disk compile cache off.";
+        CacheDir = "HLOBRIDGE_CACHE_DIR",
+            default "$XDG_CACHE_HOME/hlobridge/executables, else ~/.cache/hlobridge/executables, else <tmp>/hlobridge-<uid>/executables",
+            read_by [Rust, Tests, Scripts],
+            "Directory of the persistent compile cache. The test tools also keep their generated files (live corpus, stitch plans, the big module) under it, default `./.cache` there; `tests/python/conftest.py` sets it to a fresh temporary directory.";
+        CacheMaxBytes = "HLOBRIDGE_CACHE_MAX_BYTES",
+            default "2147483648 (2 GiB)",
+            read_by [Rust, Tests],
+            "Size limit of the compile cache directory in bytes; the least recently used entries are evicted beyond it.";
+        CacheHostId = "HLOBRIDGE_CACHE_HOST_ID",
+            default "(detected: CPU vendor, model and ISA flags)",
+            read_by [Rust, Tests],
+            "Replaces the host identity in every compile-cache key (tests, or a cache shared by machines known to be identical).";
+    }
+    section "Host kernels" {
+        HostKernels = "HLOBRIDGE_HOST_KERNELS",
+            default "1",
+            read_by [Rust, Tests],
+            "`0` (or `false`, `off`, `no`) registers no host kernels with the plugin, so no product or convolution is rewritten to them.";
+        HostGemm = "HLOBRIDGE_HOST_GEMM",
+            default "on",
+            read_by [Rust, Tests],
+            "`off` (or `0`, `false`, `no`) keeps every dot product with XLA; `all` sends every eligible product to the host GEMM kernels whatever its size (for testing the kernels on whole suites). Part of the compile-cache key.";
+        HostConv = "HLOBRIDGE_HOST_CONV",
+            default "on",
+            read_by [Rust, Tests, Scripts],
+            "`off` (or `0`, `false`, `no`) keeps every convolution with XLA; `all` sends every eligible convolution to the host kernel whatever its size. Part of the compile-cache key.";
+        GemmDonate = "HLOBRIDGE_GEMM_DONATE",
+            default "1",
+            read_by [Rust, Scripts],
+            "`0` (or `false`, `off`, `no`) turns work donation off: threads waiting for a program no longer run chunks of its host GEMM products. Read once per process.";
+    }
+    section "Compile targets and accelerators" {
+        Targets = "HLOBRIDGE_TARGETS",
+            default "(none)",
+            read_by [Rust],
+            "A TOML file of compile targets merged over the shipped `pjrt-client/targets/targets.toml`.";
+        Accel = "HLOBRIDGE_ACCEL",
+            default "1",
+            read_by [Scripts, Tests],
+            "`0` makes `scripts/setup.sh` skip installing the accelerator compilers (libtpu, the CUDA plugin, ptxas) into `.venv/accel`; the deviceless-compile tests then skip instead of failing.";
+        AccelDir = "HLOBRIDGE_ACCEL_DIR",
+            default "<venv>/accel",
+            read_by [Rust],
+            "Directory searched first for the accelerator packages (libtpu, the CUDA plugin, the CUDA data dir, the Mosaic GPU runtime), before `<venv>/accel` and the site-packages.";
+        CudaPlugin = "HLOBRIDGE_CUDA_PLUGIN",
+            default "(searched in the accelerator directories)",
+            read_by [Rust, Tests],
+            "Path of the CUDA PJRT plugin (`xla_cuda_plugin.so`).";
+        CudaDataDir = "HLOBRIDGE_CUDA_DATA_DIR",
+            default "(searched in the accelerator directories)",
+            read_by [Rust, Tests],
+            "CUDA data directory holding `bin/ptxas` and `nvvm/libdevice`, passed to XLA as `--xla_gpu_cuda_data_dir`.";
+        MosaicGpuRuntime = "HLOBRIDGE_MOSAIC_GPU_RUNTIME",
+            default "(searched in the accelerator directories)",
+            read_by [Rust],
+            "Path of `libmosaic_gpu_runtime.so`, whose symbols a Pallas Mosaic GPU kernel resolves at compile time.";
+        CudaAllocator = "HLOBRIDGE_CUDA_ALLOCATOR",
+            default "bfc",
+            read_by [Rust, Tests],
+            "Device allocator of the CUDA client: `default`, `platform`, `bfc` or `cuda_async`. A bad value is an `InvalidArgument` error naming the variable.";
+        CudaMemoryFraction = "HLOBRIDGE_CUDA_MEMORY_FRACTION",
+            default "0.75",
+            read_by [Rust, Tests],
+            "Fraction of the GPU memory the CUDA client may use, in (0, 1].";
+        CudaPreallocate = "HLOBRIDGE_CUDA_PREALLOCATE",
+            default "0",
+            read_by [Rust, Tests],
+            "`1` preallocates the memory fraction when the CUDA client starts (hlobridge shares the GPU with torch, so it does not by default).";
+        CudaVisibleDevices = "HLOBRIDGE_CUDA_VISIBLE_DEVICES",
+            default "(all)",
+            read_by [Rust, Tests],
+            "Comma-separated CUDA ordinals the CUDA client may use (e.g. `0,1`).";
+    }
+    section "Python package" {
+        PallasAutoInterpret = "HLOBRIDGE_PALLAS_AUTO_INTERPRET",
+            default "1",
+            read_by [Python, Tests],
+            "`0` turns off running Pallas kernels in interpret mode inside hlobridge's CPU lowerings: such a kernel then raises `PallasLoweringError`. Read at each lowering.";
+        TorchEngine = "HLOBRIDGE_TORCH_ENGINE",
+            default "torch_xla_lazy",
+            read_by [Python],
+            "The engine that captures the torch side of a whole-step program (only `torch_xla_lazy` today).";
+        CoordinatorPort = "HLOBRIDGE_COORDINATOR_PORT",
+            default "MASTER_PORT + 1",
+            read_by [Python, Tests],
+            "Port of the JAX distributed coordinator that `hlobridge.spmd` starts.";
+        LocalDevices = "HLOBRIDGE_LOCAL_DEVICES",
+            default "1",
+            read_by [Python],
+            "CPU devices per process in `hlobridge.spmd` (`jax_num_cpu_devices`).";
+    }
+    section "Scripts, benches and examples" {
+        AptPackages = "HLOBRIDGE_APT_PACKAGES",
+            default "(none)",
+            read_by [Scripts],
+            "Space-separated Debian packages `scripts/setup.sh` installs when missing.";
+        DemoSeed = "HLOBRIDGE_DEMO_SEED",
+            default "0",
+            read_by [Scripts, Tests],
+            "Seed of the examples (`examples/hybrid_train_step.py`, `examples/whole_step.py`).";
+        DemoPlanDir = "HLOBRIDGE_DEMO_PLAN_DIR",
+            default "(none)",
+            read_by [Scripts],
+            "Directory where `examples/hybrid_train_step.py` writes its stitch plan (`scripts/demo.sh` sets it).";
+        BenchCache = "HLOBRIDGE_BENCH_CACHE",
+            default "./.cache",
+            read_by [Scripts],
+            "Cache directory of `benches/e2e/run.py`.";
+        BenchTrace = "HLOBRIDGE_BENCH_TRACE",
+            default "(unset)",
+            read_by [Scripts],
+            "When set, `benches/compile_backend_bench.py` prints the traceback of a regime that failed.";
+        BigModule = "HLOBRIDGE_BIG_MODULE",
+            default ".cache/big/transformer24_train.mlir",
+            read_by [Scripts],
+            "The large module the `parse_print` bench parses and prints.";
+        ZooJson = "HLOBRIDGE_ZOO_JSON",
+            default "(none)",
+            read_by [Tests, Scripts],
+            "File the model-zoo tests merge every cell's result into; `scripts/gen_models_table.py` renders `docs/models.md` from it.";
+    }
+    section "Tests" {
+        TestSeed = "HLOBRIDGE_TEST_SEED",
+            default "(random; the zoo: 20240917)",
+            read_by [Tests],
+            "Seed of the randomized Python tests; every failure message prints the seed it used, and setting it replays that run.";
+        StitchSeed = "HLOBRIDGE_STITCH_SEED",
+            default "(random)",
+            read_by [Tests],
+            "Base seed of `tests/python/test_stitch_equivalence.py`.";
+        LiveSeed = "HLOBRIDGE_LIVE_SEED",
+            default "(random)",
+            read_by [Tests],
+            "Seed of the live jax/torch programs `tests/python/live_programs.py` generates.";
+        LiveForce = "HLOBRIDGE_LIVE_FORCE",
+            default "0",
+            read_by [Tests],
+            "`1` regenerates the live programs with new shapes and seeds.";
+        SkipLive = "HLOBRIDGE_SKIP_LIVE",
+            default "0",
+            read_by [Tests],
+            "`1`: do not generate the live jax/torch modules at test collection time.";
+        Corpus = "HLOBRIDGE_CORPUS",
+            default "../shared/corpus",
+            read_by [Tests],
+            "Directory of the StableHLO corpus the lossless and stitch tests read.";
+        CorpusSample = "HLOBRIDGE_CORPUS_SAMPLE",
+            default "0 (every file)",
+            read_by [Tests],
+            "Check only every k-th corpus file so that about this many remain (quick runs).";
+        Shared = "HLOBRIDGE_SHARED",
+            default "../shared",
+            read_by [Tests],
+            "Shared data directory (with `corpus/`) of the CLI's Rust tests.";
+        Bin = "HLOBRIDGE_BIN",
+            default ".venv/bin/hlobridge, else target/release/hlobridge",
+            read_by [Tests],
+            "The `hlobridge` binary the Python tests run.";
+        BinTimeout = "HLOBRIDGE_BIN_TIMEOUT",
+            default "120",
+            read_by [Tests],
+            "Seconds the Python test harness waits for one `hlobridge` binary call.";
+        RequireBin = "HLOBRIDGE_REQUIRE_BIN",
+            default "0",
+            read_by [Tests],
+            "`1`: fail instead of skip when no `hlobridge` binary is found (implied by `CI=true`).";
+        RequireTch = "HLOBRIDGE_REQUIRE_TCH",
+            default "0",
+            read_by [Tests, Scripts],
+            "`1`: the export and serve tests fail instead of skip when the tch-based Rust binaries were not built (`make test` sets it).";
+        TestWorkers = "HLOBRIDGE_TEST_WORKERS",
+            default "min(2, cores in the affinity mask)",
+            read_by [Tests],
+            "Worker processes of the Python test harness.";
+        FakePretty = "HLOBRIDGE_FAKE_PRETTY",
+            default "(unset)",
+            read_by [Tests],
+            "`mlir`: the fake binary `tests/tools/fake_hlobridge.py` prints with MLIR's own pretty printer.";
+        FakeValidate = "HLOBRIDGE_FAKE_VALIDATE",
+            default "0",
+            read_by [Tests],
+            "`1`: the fake binary first rejects what MLIR rejects.";
+        GpuRequired = "HLOBRIDGE_GPU_REQUIRED",
+            default "0",
+            read_by [Tests],
+            "`1`: the CUDA tests fail instead of skip without a GPU (`tests/gpu/run.sh` sets it).";
+        GpuSetup = "HLOBRIDGE_GPU_SETUP",
+            default "1",
+            read_by [Tests],
+            "`0`: `tests/gpu/run.sh` does not run `scripts/setup.sh` when hlobridge does not import.";
+        UpdateSnapshots = "HLOBRIDGE_UPDATE_SNAPSHOTS",
+            default "0",
+            read_by [Tests],
+            "`1` rewrites the Pallas structural snapshots in `tests/python/snapshots/`.";
+        Zoo = "HLOBRIDGE_ZOO",
+            default "(unset)",
+            read_by [Tests],
+            "`all` also runs the model-zoo cells held out of `make test`.";
+        MutationSecs = "HLOBRIDGE_MUTATION_SECS",
+            default "20",
+            read_by [Tests],
+            "Time budget in seconds of the parser's mutation test (`bridge/core/tests/mutation.rs`).";
+    }
+}
+
+impl Var {
+    /// The variable's name (`HLOBRIDGE_...`).
+    pub const fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// The variable named `name`, if it is in the table.
+    pub fn from_name(name: &str) -> Option<Var> {
+        Var::ALL.iter().copied().find(|v| v.name() == name)
+    }
+}
+
+impl fmt::Display for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
