@@ -4,7 +4,7 @@ against DDP eager and against one process, in one run.
   2 processes, each with a batch of B (``--batch``):
     dp step      hb.compile_train_step(DDP(model), ...): a gradient program,
                  the gradient buckets all-reduced through torch.distributed,
-                 an update program (hlobridge.data_parallel)
+                 an update program (hlobridge._src.data_parallel)
     ddp eager    DDP(model) forward/backward + torch.optim.SGD
     ddp backend  torch.compile(DDP(model), backend="hlobridge") + torch.optim.SGD
   1 process:

@@ -1,153 +1,66 @@
 """hlobridge: PyTorch and JAX in one compiled StableHLO program.
 
-Errors raised by hlobridge all derive from :class:`BridgeError`.
+Errors raised by hlobridge all derive from :class:`BridgeError` and live in
+:mod:`hlobridge.errors`.
 
-``import hlobridge`` is light: torch and JAX are imported on first use of
-:func:`call_jax`, :func:`pt_to_jax` or :func:`jax_to_pt`.
+``import hlobridge`` is light: every public name is imported on first use
+(torch and JAX with :func:`call_jax`, :func:`pt_to_jax` or :func:`jax_to_pt`).
+:data:`_PUBLIC` is the one list of public names: it drives the lazy imports
+and ``__all__`` (``__init__.pyi`` repeats it for type checkers; a test keeps
+the two equal). The implementation lives in ``hlobridge/_src``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import Any
 
-from hlobridge._native import (
-    AcceleratorNotInstalledError,
-    ArgumentError,
-    BridgeError,
-    BufferDeletedError,
-    CollectiveRewriteError,
-    CompileError,
-    DtypeError,
-    FileError,
-    ForkError,
-    InvalidIrError,
-    OutOfMemoryError,
-    OutputError,
-    ParseError,
-    PjrtError,
-    PluginError,
-    PluginLoadError,
-    PluginNotFoundError,
-    Runtime,
-    StitchError,
-    TargetError,
-    UnknownTargetError,
-    __version__,
-    format_module,
-    runtime,
-)
-from hlobridge.receipt import Receipt, Segment, last_receipt
+from hlobridge import _native  # first: the native module registers hlobridge.errors' classes
+from hlobridge._src import config as _config
+from hlobridge._src.errors import __all__ as _ERRORS
 
-if TYPE_CHECKING:
-    from hlobridge.interop import jax_to_pt, pt_to_jax
-    from hlobridge import ops
-    from hlobridge.jax_bridge import call_jax, clear_cache, reset_stats, stats
-    from hlobridge.pallas import PallasLoweringError, PallasSegment, trace_pallas
-    from hlobridge.stitching import stitch_program
-    from hlobridge.compile_for import TargetExecutable, compile_for
-    from hlobridge.train_step import TrainStep, compile_train_step
-    from hlobridge import optim
-    from hlobridge import export, serve
-    from hlobridge import distributed, spmd
-    from hlobridge import devices, tpu_adapter
-    from hlobridge.dynamo.errors import CollectiveNotSupportedError, DistributedNotSupportedError
+_MODULE = ""
+"""Marks an entry that is a submodule (``hb.ops``), not a name in a module."""
 
-_LAZY = {
-    "call_jax": "hlobridge.jax_bridge",
-    "clear_cache": "hlobridge.jax_bridge",
-    "stats": "hlobridge.jax_bridge",
-    "reset_stats": "hlobridge.jax_bridge",
-    "pt_to_jax": "hlobridge.interop",
-    "jax_to_pt": "hlobridge.interop",
-    "trace_pallas": "hlobridge.pallas",
-    "PallasLoweringError": "hlobridge.pallas",
-    "PallasSegment": "hlobridge.pallas",
-    "stitch_program": "hlobridge.stitching",
-    "compile_for": "hlobridge.compile_for",
-    "TargetExecutable": "hlobridge.compile_for",
-    "compile_train_step": "hlobridge.train_step",
-    "TrainStep": "hlobridge.train_step",
-    "DistributedNotSupportedError": "hlobridge.dynamo.errors",
-    "CollectiveNotSupportedError": "hlobridge.dynamo.errors",
+_PUBLIC: dict[str, str] = {
+    # name: the module that defines it (or _MODULE: the name is a submodule)
+    **dict.fromkeys(_ERRORS, "hlobridge._src.errors"),
+    **dict.fromkeys(("Runtime", "__version__", "format_module", "runtime"), "hlobridge._native"),
+    **dict.fromkeys(("Receipt", "Segment", "last_receipt"), "hlobridge._src.receipt"),
+    **dict.fromkeys(("call_jax", "clear_cache", "stats", "reset_stats"), "hlobridge._src.jax_bridge"),
+    **dict.fromkeys(("pt_to_jax", "jax_to_pt"), "hlobridge._src.interop"),
+    **dict.fromkeys(("trace_pallas", "PallasSegment"), "hlobridge._src.pallas"),
+    "stitch_program": "hlobridge._src.stitching",
+    **dict.fromkeys(("compile_for", "TargetExecutable"), "hlobridge._src.compile_for"),
+    **dict.fromkeys(("compile_train_step", "TrainStep"), "hlobridge._src.train_step"),
+    # public submodules; `hb.export(...)` calls the module (hlobridge/export.py)
+    **dict.fromkeys(("devices", "distributed", "dynamo", "errors", "export", "ops", "optim",
+                     "pallas", "serve", "spmd", "tpu_adapter"), _MODULE),
 }
-# Submodules loaded on first attribute access (``hb.ops.ragged_paged_attention``).
-_LAZY_MODULES = {"ops": "hlobridge.ops", "pallas": "hlobridge.pallas", "optim": "hlobridge.optim",
-                 "devices": "hlobridge.devices", "tpu_adapter": "hlobridge.tpu_adapter",
-                 "distributed": "hlobridge.distributed", "spmd": "hlobridge.spmd",
-                 # `hb.export(...)` calls the module (hlobridge/export.py); `hb.serve.Client`.
-                 "export": "hlobridge.export", "serve": "hlobridge.serve"}
+
+_REGISTERS_OP = frozenset(("call_jax", "compile_train_step", "TrainStep"))
+"""Names whose first use also teaches Dynamo to capture ``call_jax`` as one
+``hlobridge::call_jax`` node (``hlobridge._src.custom_op``)."""
+
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
-    mod = _LAZY.get(name)
-    if mod is None and name in _LAZY_MODULES:
-        import importlib
-
-        module = importlib.import_module(_LAZY_MODULES[name])
-        globals()[name] = module
-        return module
-    if mod is None:
+    where = _PUBLIC.get(name)
+    if where is None:
         raise AttributeError(f"module 'hlobridge' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(mod), name)
-    if name in ("call_jax", "compile_train_step", "TrainStep"):
-        # Teaches Dynamo to capture call_jax as one hlobridge::call_jax node.
-        importlib.import_module("hlobridge.custom_op")
+    if where == _MODULE:
+        value = importlib.import_module(f"hlobridge.{name}")
+    else:
+        value = getattr(importlib.import_module(where), name)
+        if name in _REGISTERS_OP:
+            importlib.import_module("hlobridge._src.custom_op")
     globals()[name] = value
     return value
 
 
-__all__ = [
-    "AcceleratorNotInstalledError",
-    "ArgumentError",
-    "BridgeError",
-    "BufferDeletedError",
-    "CollectiveRewriteError",
-    "CollectiveNotSupportedError",
-    "CompileError",
-    "DistributedNotSupportedError",
-    "DtypeError",
-    "FileError",
-    "ForkError",
-    "InvalidIrError",
-    "OutOfMemoryError",
-    "OutputError",
-    "ParseError",
-    "PjrtError",
-    "PallasLoweringError",
-    "PallasSegment",
-    "PluginError",
-    "PluginLoadError",
-    "PluginNotFoundError",
-    "Receipt",
-    "Runtime",
-    "Segment",
-    "StitchError",
-    "TargetError",
-    "TargetExecutable",
-    "UnknownTargetError",
-    "__version__",
-    "TrainStep",
-    "call_jax",
-    "clear_cache",
-    "compile_for",
-    "compile_train_step",
-    "export",
-    "devices",
-    "distributed",
-    "format_module",
-    "jax_to_pt",
-    "last_receipt",
-    "ops",
-    "optim",
-    "pt_to_jax",
-    "reset_stats",
-    "runtime",
-    "serve",
-    "spmd",
-    "stats",
-    "stitch_program",
-    "tpu_adapter",
-    "trace_pallas",
-]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
+
+
+_config.check_environment()

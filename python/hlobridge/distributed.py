@@ -4,14 +4,14 @@ across processes. The implementation lives in :mod:`hlobridge.spmd`."""
 
 from __future__ import annotations
 
-from hlobridge.spmd.runtime import (
+from hlobridge._src.spmd.runtime import (
     DistributedInfo,
     initialize,
     is_initialized,
     process_info,
     shutdown,
 )
-from hlobridge.spmd.errors import DistributedInitError
+from hlobridge._src.errors import DistributedInitError
 
 __all__ = ["DistributedInfo", "DistributedInitError", "initialize", "is_initialized",
            "process_info", "shutdown"]

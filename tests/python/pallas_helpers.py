@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from hlobridge.pallas import _CUSTOM_CALL_BACKENDS, _ir_module, _payload, _walk
+from hlobridge._src.pallas import _CUSTOM_CALL_BACKENDS, _ir_module, _payload, _walk
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import hlobridge as hb
-from hlobridge import _native, entry_cache
+from hlobridge import _native
+from hlobridge._src import entry_cache
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 

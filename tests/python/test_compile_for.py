@@ -33,7 +33,7 @@ import torch
 import hlobridge as hb
 from hlobridge import _native
 from hlobridge.pallas import trace_pallas
-from hlobridge.stitching import stitch_program
+from hlobridge._src.stitching import stitch_program
 
 from pallas_helpers import torch_segment, ttype
 from pallas_kernels import pallas_add, pallas_matmul, pallas_softmax
@@ -177,7 +177,7 @@ def _pallas_program(target: str):
 
 def _rpa_program(target: str):
     """The ragged paged attention kernel, stitched between two JAX segments."""
-    from hlobridge.ops._rpa_kernel import kernel_attention
+    from hlobridge._src.ops.rpa_kernel import kernel_attention
 
     s = jax.ShapeDtypeStruct
     t, h, kvh, d, page, pages, seqs, max_pages = 50, 8, 2, 64, 16, 30, 3, 7

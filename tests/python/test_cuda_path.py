@@ -26,7 +26,7 @@ import torch
 
 import hlobridge as hb
 from hlobridge import _native
-from hlobridge.cuda_call import call_jax_cuda
+from hlobridge._src.cuda_call import call_jax_cuda
 from hlobridge.devices import DeviceProgram, cuda_client_options, device_of, run, runtime
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
@@ -262,7 +262,7 @@ def test_jax_functions_lower_for_cuda_here(gen):
     lowered for the cuda platform, with no host rewrite."""
     from jax import tree_util
 
-    from hlobridge.lowering import lower
+    from hlobridge._src.lowering import lower
 
     x, w = torch.randn(16, 32, generator=gen), torch.randn(32, 8, generator=gen)
     leaves, treedef = tree_util.tree_flatten(((x, w), {}))

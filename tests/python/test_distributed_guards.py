@@ -24,7 +24,7 @@ their reports:
 Single-process tests check the StableHLO backstop (a module torch_xla
 lowered from ``_c10d_functional.all_reduce``, with the FX-level check
 switched off), the text and FX checks directly, and how
-:mod:`hlobridge.collective_split` cuts a graph into programs.
+:mod:`hlobridge._src.collective_split` cuts a graph into programs.
 
 The workers are bounded: 150 s, then their process groups are killed.
 
@@ -43,7 +43,7 @@ import torch.fx
 from distributed_worker_common import run_workers
 
 import hlobridge as hb
-from hlobridge import distributed_guard as guard
+from hlobridge._src import distributed_guard as guard
 from hlobridge import dynamo as hbd
 
 HERE = Path(__file__).resolve().parent
@@ -175,7 +175,7 @@ def test_stablehlo_backstop_catches_torch_xla_all_reduce(monkeypatch: pytest.Mon
     which lowers it to a one-replica ``stablehlo.all_reduce`` with empty
     replica groups: the backstop refuses it before stitching."""
     monkeypatch.setattr(guard, "check_fx_collectives", lambda *a, **k: None)
-    from hlobridge.dynamo.program import CompiledGraph
+    from hlobridge._src.dynamo.program import CompiledGraph
 
     graph = CompiledGraph(_all_reduce_graph(), "backstop test")
     with pytest.raises(hbd.CollectiveNotSupportedError) as info:
@@ -214,11 +214,11 @@ def test_train_step_model_check_without_process_group() -> None:
 
 
 def test_split_schedule() -> None:
-    """:func:`hlobridge.collective_split.compile_graph` cuts a graph into
+    """:func:`hlobridge._src.collective_split.compile_graph` cuts a graph into
     programs at its collectives: producers of the collectives' inputs in the
     first program, every collective issued before the first wait, readers of
     their results (and work that only feeds the output) in the second."""
-    from hlobridge.collective_split import SplitGraph, compile_graph
+    from hlobridge._src.collective_split import SplitGraph, compile_graph
 
     c10d = torch.ops._c10d_functional
     g = torch.fx.Graph()
@@ -253,7 +253,7 @@ def test_split_schedule() -> None:
 def test_split_refuses_in_place_collective() -> None:
     """An in-place collective is not split (it would write into a program's
     input): refused by name."""
-    from hlobridge.collective_split import compile_graph
+    from hlobridge._src.collective_split import compile_graph
 
     g = torch.fx.Graph()
     x = g.placeholder("x")

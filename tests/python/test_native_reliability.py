@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hlobridge as hb
-from hlobridge import entry_cache
+from hlobridge._src import entry_cache
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 

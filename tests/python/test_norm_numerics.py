@@ -7,7 +7,7 @@ and standard deviation 1, LayerNorm and GroupNorm outputs were 17% off and
 training BatchNorm's were NaN, and ResNet-18's layer-1 gradients were 3% off
 float64 after one step where eager float32 is 4e-6 off. hlobridge traces
 them through torch's two-pass decompositions instead
-(``hlobridge.dynamo.engine._accurate_norms``).
+(``hlobridge._src.dynamo.engine._accurate_norms``).
 
 Every check compares with the same computation in float64 and allows
 ``FACTOR`` times eager float32's own error, or ``FLOOR`` relative to the
@@ -152,7 +152,7 @@ def test_shifted_var_mean_is_torchs_var_mean(shape: tuple[int, ...], dim: object
                                              correction: object, keepdim: bool) -> None:
     """The decomposition itself, run eagerly in float64 against
     ``torch.var_mean``: same shapes, same values (NaN where torch's are)."""
-    from hlobridge.dynamo.engine import _var_mean_shifted
+    from hlobridge._src.dynamo.engine import _var_mean_shifted
 
     torch.manual_seed(14)
     x = torch.randn(shape, dtype=torch.float64) * 3 + 50

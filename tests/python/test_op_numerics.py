@@ -12,7 +12,7 @@ when it has NaN/Inf where eager has a finite value or loses eager's NaN, or
 when an integer result (indices, counts) differs from eager's at all.
 
 The second half are the adversarial inputs that found the defects fixed in
-``hlobridge.dynamo.numerics_decomp`` (NaN and all ``-inf`` slices in
+``hlobridge._src.dynamo.numerics_decomp`` (NaN and all ``-inf`` slices in
 max/min/argmax, integer ``cumsum`` overflow, index dtypes), each a
 regression test that failed before its fix; NaN through ``maximum``,
 ``minimum`` and max pooling (the CPU plugin's default
@@ -197,7 +197,7 @@ def _nan_rows(g: torch.Generator) -> torch.Tensor:
     return x
 
 
-# Each failed before hlobridge.dynamo.numerics_decomp (docs/op_numerics.md),
+# Each failed before hlobridge._src.dynamo.numerics_decomp (docs/op_numerics.md),
 # except the two ``*_ties*`` guards: torch's first-index tie-breaking, which
 # the decompositions must keep (max pooling's backward and argmax rely on it).
 REGRESSIONS: dict[str, Case] = {
@@ -268,7 +268,7 @@ def test_decomposition_guard_is_reentrant_per_op() -> None:
     inner call, so a graph with the op twice traces both."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from hlobridge.dynamo.engine import decompositions
+    from hlobridge._src.dynamo.engine import decompositions
 
     x = torch.randn(4, 5)
     gm = make_fx(lambda x: (torch.argmax(x, 0), torch.argmax(x * 2, 1)),

@@ -28,7 +28,7 @@ import torch
 
 import hlobridge as hb
 from hlobridge.pallas import PallasLoweringError, find_kernels, trace_pallas
-from hlobridge.stitching import KernelSegment, stitch_program
+from hlobridge._src.stitching import KernelSegment, stitch_program
 
 from pallas_helpers import check_snapshot, structure, torch_segment, ttype
 from pallas_kernels import KERNELS, pallas_add, pallas_matmul, pallas_softmax

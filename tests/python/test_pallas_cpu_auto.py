@@ -1,5 +1,5 @@
 """Pallas kernels written for GPU/TPU (no ``interpret=True``) run on the CPU
-platform in interpret mode automatically (:mod:`hlobridge.pallas_auto`):
+platform in interpret mode automatically (:mod:`hlobridge._src.pallas_auto`):
 through ``hb.call_jax``, ``torch.compile(backend="hlobridge")`` and
 ``hb.compile_train_step``; receipts mark them ``backend="interpret"``,
 ``auto_interpret=True``. Lowering for ``tpu``/``cuda`` keeps them as written.
@@ -33,10 +33,11 @@ from jax.experimental import pallas as pl
 
 import hlobridge as hb
 from hlobridge import dynamo as hbd
-from hlobridge import lowering, optim
+from hlobridge import optim
+from hlobridge._src import lowering
 from hlobridge.pallas import PallasLoweringError, trace_pallas
-from hlobridge.pallas_auto import ENV
-from hlobridge.stitching import KernelSegment
+from hlobridge._src.pallas_auto import ENV
+from hlobridge._src.stitching import KernelSegment
 
 from pallas_kernels import MM_K, MM_M, MM_N, pallas_matmul
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import hlobridge as hb
-from hlobridge.ops._rpa_kernel import kernel_attention
+from hlobridge._src.ops.rpa_kernel import kernel_attention
 from hlobridge.pallas import trace_pallas
 
 from pallas_helpers import check_snapshot, structure

@@ -1,23 +1,13 @@
-"""The ``torch.compile`` backend ``"hlobridge"``.
-
-``torch.compile(model, backend="hlobridge")`` (registered through the
-``torch_dynamo_backends`` entry point, no import needed) runs AOTAutograd on
-each graph Dynamo captures; the forward and the backward graph each become
-ONE StableHLO program: torch pieces lowered by an engine (torch_xla lazy
-tracing), :func:`hlobridge.call_jax` nodes lowered with ``jax.jit``, stitched
-by the Rust core, compiled once per input signature and run through the
-PJRT plugin. See ``docs/compile_backend.md``.
-"""
+"""The ``torch.compile`` backend ``"hlobridge"``:
+``torch.compile(model, backend="hlobridge")`` finds :func:`backend` through the
+``torch_dynamo_backends`` entry point. The implementation is in
+``hlobridge/_src/dynamo/`` (see ``docs/compile_backend.md``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-import torch
-
-from hlobridge import custom_op  # noqa: F401  (registers hlobridge::call_jax)
-from hlobridge.dynamo.errors import (
+from hlobridge._src.dynamo.backend import backend, register
+from hlobridge._src.dynamo.program import CompiledGraph, StitchedSegment, compiled_graphs
+from hlobridge._src.errors import (
     CollectiveNotSupportedError,
     CompileBackendError,
     DataDependentError,
@@ -25,7 +15,6 @@ from hlobridge.dynamo.errors import (
     InputMutationError,
     UnsupportedOpError,
 )
-from hlobridge.dynamo.program import CompiledGraph, StitchedSegment, compiled_graphs
 
 __all__ = [
     "CollectiveNotSupportedError",
@@ -40,57 +29,3 @@ __all__ = [
     "compiled_graphs",
     "register",
 ]
-
-_counter = {"graph": 0}
-
-
-def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
-    def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        # One CompiledGraph, or programs with torch.distributed functional
-        # collectives run between them (hlobridge.collective_split).
-        from hlobridge.collective_split import compile_graph as compile_split
-
-        n = _counter["graph"]
-        _counter["graph"] += 1
-        return compile_split(gm, f"{kind} #{n}")
-
-    compile_graph.__name__ = f"hlobridge_{kind}_compiler"
-    return compile_graph
-
-
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-    """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
-    inference compilers."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    from hlobridge.dynamo.engine import decompositions as backend_decompositions
-
-    from hlobridge.distributed_guard import check_backend_collectives
-
-    # Functional collectives run between programs; those that cannot, or
-    # that would need a backward, are refused before AOTAutograd traces them
-    # (docs/distributed.md).
-    check_backend_collectives(gm)
-
-    # Core aten (the op set torch_xla lowers best) + training batch norm.
-    decompositions = backend_decompositions()
-    aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
-                       inference_compiler=_compiler("inference"),
-                       decompositions=decompositions)
-    # Attention traced through its math formulation, which AOTAutograd
-    # differentiates into plain ops (torch_xla lowers neither the fused CPU
-    # flash-attention kernel nor its backward).
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel([SDPBackend.MATH]):
-        return aot(gm, example_inputs, **kwargs)
-
-
-def register() -> None:
-    """Register the backend under the name ``"hlobridge"`` by hand (only
-    needed where the package metadata lacks the entry point, e.g. an older
-    editable install); does nothing if the name is known already."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
-
-    if "hlobridge" not in _COMPILER_FNS:
-        register_backend(backend, name="hlobridge")

@@ -6,6 +6,6 @@
 
 from __future__ import annotations
 
-from hlobridge.ops.ragged_paged_attention import ragged_paged_attention
+from hlobridge._src.ops.ragged_paged_attention import ragged_paged_attention
 
 __all__ = ["ragged_paged_attention"]

@@ -20,14 +20,14 @@ See docs/distributed.md, "Multi-process SPMD through JAX's runtime".
 
 from __future__ import annotations
 
-from hlobridge.spmd.errors import (
+from hlobridge._src.errors import (
     CollectiveRewriteError,
     DistributedInitError,
     JaxVersionError,
     SpmdArgumentError,
 )
-from hlobridge.spmd.mesh import axis_groups, process_mesh
-from hlobridge.spmd.runtime import (
+from hlobridge._src.spmd.mesh import axis_groups, process_mesh
+from hlobridge._src.spmd.runtime import (
     DistributedInfo,
     initialize,
     is_initialized,
@@ -61,11 +61,11 @@ def __getattr__(name: str) -> object:
     # The program half imports torch; keep ``initialize`` light.
     if name in ("SpmdProgram", "TorchSegment", "rewrite_collectives", "stitch_spmd",
                 "torch_segment"):
-        from hlobridge.spmd import program
+        from hlobridge._src.spmd import program
 
         return getattr(program, name)
     if name in ("to_global", "to_local"):
-        from hlobridge.spmd import arrays
+        from hlobridge._src.spmd import arrays
 
         return getattr(arrays, name)
     raise AttributeError(f"module 'hlobridge.spmd' has no attribute {name!r}")

@@ -1,0 +1,315 @@
+"""``hlobridge::call_jax``: :func:`hlobridge.call_jax` as a torch custom op,
+so that ``torch.compile`` captures a JAX call as ONE graph node.
+
+How it fits together:
+
+- The JAX function is not a tensor, so it cannot be an operator argument.
+  Each distinct ``(fn, input pytree structure, static leaves)`` is registered
+  once in a process-wide registry under a stable string key
+  (``"<qualname>#<n>"``); the op takes ``(key: str, tensors: Tensor[])`` and
+  returns ``Tensor[]`` (the output pytree's array leaves in JAX's order:
+  dict keys sorted).
+- Eager calls keep going straight to :func:`hlobridge._src.jax_bridge.call_jax`
+  (its zero-copy hot path is untouched). When Dynamo traces a call to
+  ``call_jax`` it uses :func:`_traced_call_jax` instead (registered with
+  :func:`torch._dynamo.substitute_in_graph` by :func:`bind`, which
+  :mod:`hlobridge._src.jax_bridge` calls when it is imported; this module never
+  imports it, so the arrows run one way): the registration runs once at
+  trace time (:func:`torch._dynamo.assume_constant_result`) and the graph
+  gets a single ``torch.ops.hlobridge.call_jax`` node, no graph break.
+- The fake (meta) implementation is :func:`jax.eval_shape`, so Dynamo and
+  AOTAutograd know output shapes without running anything.
+- The autograd formula is itself a ``call_jax`` of :func:`jax.vjp`: the
+  backward graph AOTAutograd builds contains a ``hlobridge::call_jax`` node
+  too (key ``"<key>/vjp"``), which the hlobridge backend stitches like any
+  other. The backward recomputes the JAX forward (inside XLA) instead of
+  saving JAX residuals.
+
+Outside ``torch.compile`` the op also works on its own
+(``torch.ops.hlobridge.call_jax(key, tensors)``), running through
+``call_jax``'s compiled-program cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from hlobridge._src.errors import ArgumentError, DtypeError
+from hlobridge._src.dtypes import DTYPES, X64, torch_dtype_of
+from hlobridge._src.signature import function_name
+
+__all__ = ["JaxFunction", "bind", "lookup", "register", "OP"]
+
+# An output structure template made only of Python constants, so that Dynamo
+# can rebuild the pytree in the graph: ("leaf", i) | ("none",) |
+# ("tuple", kids) | ("list", kids) | ("dict", keys, kids).
+Template = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class JaxFunction:
+    """One registered JAX function with a fixed input structure.
+
+    ``flat(*arrays)`` calls the user function with the pytree rebuilt from the
+    array leaves and the static leaves, and returns its output's array leaves
+    as a list (torch pytree order)."""
+
+    key: str
+    name: str
+    flat: Callable[..., list[Any]]
+    structured: Callable[..., Any]
+    """The same call, returning the output pytree unflattened."""
+
+
+@dataclass
+class _Signature:
+    """What :func:`jax.eval_shape` says about one input signature."""
+
+    out_avals: list[tuple[tuple[int, ...], Any]]
+    template: Template
+
+
+_lock = threading.Lock()
+_by_key: dict[str, JaxFunction] = {}
+_by_identity: dict[tuple[Any, ...], str] = {}
+_signatures: dict[tuple[Any, ...], _Signature] = {}
+_templates: dict[str, Template] = {}
+_num_inputs: dict[str, int] = {}
+# ``hlobridge.call_jax``, set by :func:`bind`: what the op's eager
+# implementation runs.
+_run: Callable[..., Any] | None = None
+
+
+def lookup(key: str) -> JaxFunction:
+    """The registered function for ``key`` (raises :class:`ArgumentError`)."""
+    fn = _by_key.get(key)
+    if fn is None:
+        raise ArgumentError(f"hlobridge::call_jax: unknown function key {key!r} (registered in "
+                            f"another process? keys live in the registry of this process)")
+    return fn
+
+
+def _add(name: str, flat: Callable[..., list[Any]], structured: Callable[..., Any],
+         identity: tuple[Any, ...]) -> str:
+    with _lock:
+        key = _by_identity.get(identity)
+        if key is None:
+            key = f"{name}#{len(_by_key)}"
+            _by_key[key] = JaxFunction(key, name, flat, structured)
+            _by_identity[identity] = key
+        return key
+
+
+def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, ...]) -> str:
+    """Register ``fn`` called on the torch pytree ``spec`` whose leaves are
+    ``statics`` with ``None`` in place of each tensor; returns the key. The
+    same ``(fn, spec, statics)`` always gets the same key."""
+    try:
+        identity = (fn, spec, statics)
+        hash(identity)
+    except TypeError:
+        raise ArgumentError("call_jax: non-tensor arguments are static and must be hashable "
+                            "(pass arrays as torch tensors)") from None
+    is_tensor = [s is None for s in statics]
+
+    def structured(*arrays: Any) -> Any:
+        it = iter(arrays)
+        full = [next(it) if t else s for t, s in zip(is_tensor, statics)]
+        args, kwargs = pytree.tree_unflatten(full, spec)
+        return fn(*args, **kwargs)
+
+    def flat(*arrays: Any) -> list[Any]:
+        # JAX's leaf order (dict keys sorted), the same as eval_shape's.
+        return list(jax.tree_util.tree_leaves(structured(*arrays)))
+
+    flat.__name__ = flat.__qualname__ = "main"
+    return _add(function_name(fn), flat, structured, identity)
+
+
+def _vjp_key(key: str) -> str:
+    """The key of ``key``'s VJP: ``flat(*primals, *cotangents)`` returns the
+    cotangent of every primal (float0 zeros for non-float primals)."""
+    base = lookup(key)
+    n = _num_inputs[key]
+
+    def vjp(*arrays: Any) -> list[Any]:
+        primals, cts = arrays[:n], arrays[n:]
+        out, pull = jax.vjp(base.flat, *primals)
+        it = iter(cts)
+        full = [next(it) if jnp.issubdtype(o.dtype, jnp.inexact)
+                else np.zeros(o.shape, jax.dtypes.float0) for o in out]
+        return [g if jnp.issubdtype(p.dtype, jnp.inexact) else jnp.zeros(p.shape, p.dtype)
+                for g, p in zip(pull(full), primals)]
+
+    vjp.__name__ = vjp.__qualname__ = "main"
+    return _add(f"{base.name} (vjp)", vjp, vjp, ("vjp", key))
+
+
+def _jax_dtype(dt: torch.dtype) -> Any:
+    entry = DTYPES.get(dt)
+    if entry is None:
+        raise DtypeError(f"call_jax: unsupported tensor dtype {dt}")
+    return entry[1]
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    t = torch_dtype_of(dtype)
+    if t is not None:
+        return t
+    raise DtypeError(f"call_jax: the JAX function returns dtype {dtype}, which torch cannot receive")
+
+
+def _template(tree: Any, counter: list[int]) -> Template:
+    if isinstance(tree, jax.ShapeDtypeStruct):
+        counter[0] += 1
+        return ("leaf", counter[0] - 1)
+    if tree is None:
+        return ("none",)
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
+        return ("tuple", tuple(_template(t, counter) for t in tree))
+    if isinstance(tree, list):
+        return ("list", tuple(_template(t, counter) for t in tree))
+    if isinstance(tree, dict):
+        keys = tuple(sorted(tree))  # JAX's leaf order
+        return ("dict", keys, tuple(_template(tree[k], counter) for k in keys))
+    raise ArgumentError(f"call_jax under torch.compile: the JAX function returns a "
+                        f"{type(tree).__qualname__}; return arrays in tuples, lists or dicts")
+
+
+def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> _Signature:
+    """Output avals and structure template of ``key`` on inputs of these
+    ``(shape, dtype)``, from :func:`jax.eval_shape` (cached)."""
+    ck = (key, tuple((tuple(s), d) for s, d in specs))
+    sig = _signatures.get(ck)
+    if sig is not None:
+        return sig
+    fn = lookup(key)
+    sds = [jax.ShapeDtypeStruct(tuple(s), _jax_dtype(d)) for s, d in specs]  # type: ignore[no-untyped-call]
+    x64 = any(d in X64 for _, d in specs)
+    with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+        out_tree = jax.eval_shape(fn.structured, *sds)
+    leaves = jax.tree_util.tree_leaves(out_tree)
+    out_avals = [(tuple(o.shape), o.dtype) for o in leaves]
+    for _, dt in out_avals:
+        _torch_dtype(dt)
+    sig = _Signature(out_avals, _template(out_tree, [0]))
+    _signatures[ck] = sig
+    _templates.setdefault(key, sig.template)
+    _num_inputs.setdefault(key, len(specs))
+    return sig
+
+
+@torch.library.custom_op("hlobridge::call_jax", mutates_args=())
+def _call_jax_op(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run the registered JAX function ``key`` on ``tensors`` (eager impl)."""
+    fn = lookup(key)
+    if key not in _templates:
+        # Run for real while traced (make_fx(tracing_mode="real")): the fake
+        # implementation never ran, so record the output structure here.
+        signature(key, [(tuple(t.shape), t.dtype) for t in tensors])
+    if _run is None:
+        raise ArgumentError("hlobridge::call_jax: the op runs through hlobridge.call_jax; import it "
+                            "first (hlobridge.call_jax)")
+    with torch.no_grad():
+        outs = _run(fn.flat, *[t.detach() for t in tensors])
+    return list(outs)
+
+
+OP = torch.ops.hlobridge.call_jax.default
+
+
+@_call_jax_op.register_fake
+def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    sig = signature(key, [(tuple(t.shape), t.dtype) for t in tensors])
+    if not tensors:
+        raise ArgumentError("call_jax under torch.compile needs at least one tensor argument")
+    ref = tensors[0]
+    return [ref.new_empty(shape, dtype=_torch_dtype(dt)) for shape, dt in sig.out_avals]
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    key, tensors = inputs
+    ctx.key = key
+    ctx.save_for_backward(*tensors)
+
+
+def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[None, list[torch.Tensor | None]]:
+    primals = list(ctx.saved_tensors)
+    sig = signature(ctx.key, [(tuple(t.shape), t.dtype) for t in primals])
+    cts: list[torch.Tensor] = []
+    for g, (shape, dt) in zip(grads, sig.out_avals):
+        if not jnp.issubdtype(dt, jnp.inexact):
+            continue
+        cts.append(g if g is not None else primals[0].new_zeros(shape, dtype=_torch_dtype(dt)))
+    outs = torch.ops.hlobridge.call_jax(_vjp_key(ctx.key), [*primals, *cts])
+    return None, [g if p.dtype.is_floating_point or p.dtype.is_complex else None
+                  for g, p in zip(outs, primals)]
+
+
+_call_jax_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch._dynamo.assume_constant_result
+def _register_traced(fn: Callable[..., Any], spec: pytree.TreeSpec,
+                     statics: tuple[Any, ...]) -> str:
+    return register(fn, spec, statics)
+
+
+@torch._dynamo.assume_constant_result
+def _output_template(key: str) -> Template:
+    # The fake implementation has just run for this key (the op is traced
+    # before this is called), which recorded the structure.
+    return _templates[key]
+
+
+def _fill(t: Template, outs: Sequence[torch.Tensor]) -> Any:
+    kind = t[0]
+    if kind == "leaf":
+        return outs[t[1]]
+    if kind == "none":
+        return None
+    if kind == "dict":
+        return {k: _fill(c, outs) for k, c in zip(t[1], t[2])}
+    kids = [_fill(c, outs) for c in t[1]]
+    return tuple(kids) if kind == "tuple" else kids
+
+
+def _traced_call_jax(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """What Dynamo traces in place of :func:`hlobridge.call_jax`: one
+    ``hlobridge::call_jax`` node, outputs rebuilt into ``fn``'s pytree."""
+    return traced_call(fn, args, kwargs)
+
+
+def traced_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``call_jax(fn, *args, **kwargs)`` as one ``hlobridge::call_jax`` op
+    call: what tracers (Dynamo, ``make_fx``) record. Also the route of
+    :func:`hlobridge.call_jax` on traced tensors (fake, functional or
+    proxied), e.g. inside :func:`hlobridge.compile_train_step`."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    statics = tuple(None if isinstance(x, torch.Tensor) else x for x in leaves)
+    key = _register_traced(fn, spec, statics)
+    outs = torch.ops.hlobridge.call_jax(key, tensors)
+    return _fill(_output_template(key), outs)
+
+
+def bind(call_jax: Callable[..., Any]) -> None:
+    """Wire the op to :func:`hlobridge.call_jax` (``hlobridge._src.jax_bridge``
+    calls this once, when it is imported): the op's eager implementation
+    runs through ``call_jax``, and Dynamo traces ``call_jax`` as one
+    ``hlobridge::call_jax`` node (:func:`torch._dynamo.substitute_in_graph`)."""
+    global _run
+    if _run is not None:
+        return
+    torch._dynamo.substitute_in_graph(call_jax)(_traced_call_jax)
+    _run = call_jax

@@ -1,0 +1,364 @@
+"""One compiled FX graph: lowered piece by piece, stitched into ONE StableHLO
+module, compiled once per concrete input signature, run zero-copy.
+
+Building a signature (first call with new input shapes/dtypes/values):
+
+1. :func:`~hlobridge._src.dynamo.partition.partition` splits the graph at
+   ``call_jax`` nodes;
+2. each torch piece is lowered by the engine (:mod:`hlobridge._src.dynamo.engine`),
+   each JAX piece by ``jax.jit(...).lower`` on ``ShapeDtypeStruct`` s;
+3. :func:`hlobridge._native.stitch` merges them into one ``@main`` (seams
+   type-checked, segments inlined, dead code removed);
+4. :func:`hlobridge._native.compile` compiles it (content-cached).
+
+Graph inputs (parameters, buffers, activations) are program inputs, handed
+to PJRT by pointer (:func:`hlobridge._native.execute`); graph outputs come
+back as tensors aliasing PJRT's buffers. An output that is a graph input
+itself is returned as that input, without a copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils.dlpack import from_dlpack
+
+from hlobridge import _native
+from hlobridge._src.errors import ArgumentError, CompileBackendError, DtypeError
+from hlobridge._src.custom_op import lookup
+from hlobridge._src.dynamo.engine import TensorSpec, get_engine
+from hlobridge._src.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
+from hlobridge._src.dynamo.random_inputs import RandomInput, lift_random_inputs
+from hlobridge._src.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _PLAIN, X64 as _X64
+from hlobridge._src.entry_cache import MISS as _MISS, fast_call as _fast_call
+from hlobridge._src.receipt import Segment, cache_accounting, record as _record
+
+__all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
+
+_perf = time.perf_counter
+
+
+@dataclass(frozen=True)
+class StitchedSegment(Segment):
+    """A segment of a stitched ``torch.compile`` program (receipt entry).
+    ``fingerprint`` is the fused program's; the extra fields say how the
+    segment was made."""
+
+    engine: str = ""
+    """Lowering engine: ``"torch_xla_lazy"`` for torch segments, ``"jax.jit"``
+    for JAX ones."""
+    graph: str = ""
+    """The compiled graph it belongs to (``"forward #0"``, ``"backward #0"``...)."""
+    ops: int = 0
+    """Ops the segment contributed before inlining and dead-code removal."""
+
+
+@dataclass
+class Program:
+    """The executable for one input signature of a graph."""
+
+    exe: _native.Executable
+    text: str
+    report: dict[str, Any]
+    segments: tuple[StitchedSegment, ...]
+    inputs: list[int]
+    """Graph input position of each program input (before the constants)."""
+    constants: list[torch.Tensor]
+    shapes: list[tuple[int, ...]]
+    codes: list[int]
+    outputs: list[tuple[str, int] | None]
+    """Per graph output: ``("prog", j)`` (program result j), ``("arg", i)``
+    (graph input i) or ``None``."""
+    lower_s: float
+    compile_s: float
+    outcome: str
+    segment_texts: list[str] = field(default_factory=list)
+    """Each segment's module text, before stitching."""
+    calls: int = 0
+
+
+_registry_lock = threading.Lock()
+_graphs: list[CompiledGraph] = []
+
+
+def compiled_graphs() -> list[CompiledGraph]:
+    """Every graph the backend compiled in this process, oldest first."""
+    with _registry_lock:
+        return list(_graphs)
+
+
+def _mlir_type(spec: TensorSpec) -> str:
+    shape, dt = spec
+    entry = _DTYPES.get(dt)
+    if entry is None:
+        raise DtypeError(f"hlobridge backend: unsupported dtype {dt}")
+    return "tensor<" + "".join(f"{d}x" for d in shape) + entry[0] + ">"
+
+
+class CompiledGraph:
+    """The callable the backend returns for one FX graph: called with the
+    graph's inputs, returns its outputs. Takes the inputs either as
+    arguments or boxed (one list: AOTAutograd's convention for forward
+    graphs; graph inputs are never lists)."""
+
+
+    def __init__(self, gm: torch.fx.GraphModule, label: str) -> None:
+        # An instance attribute, so that wrappers (functools.wraps copies
+        # __dict__) keep telling AOTAutograd that we take boxed inputs.
+        self._boxed_call = True
+        self.gm = gm
+        self.label = label
+        # AOTAutograd calls its compilers with its FakeTensorMode active, but
+        # the graph's ``get_attr`` constants (tensors a model creates in
+        # ``forward``, e.g. Hugging Face's ``torch.tensor([])``) are real:
+        # any op on them (``detach``) must run outside fake mode.
+        with unset_fake_temporarily():
+            self.random_inputs: list[RandomInput] = lift_random_inputs(gm)
+            """Random ops cut out of the graph: drawn in torch and appended
+            to the inputs on every call (:mod:`hlobridge._src.dynamo.random_inputs`)."""
+            self.partition: Partition = partition(gm)
+        self.programs: dict[tuple[Any, ...], Program] = {}
+        self.platform = _native.runtime().platform
+        self._last: Program | None = None
+        """The program of the last call: tried first, natively."""
+        with _registry_lock:
+            _graphs.append(self)
+
+    # -- running --------------------------------------------------------------
+    def __call__(self, *args: Any) -> list[torch.Tensor | None]:
+        t0 = _perf()
+        if len(args) == 1 and type(args[0]) is list:
+            args = tuple(args[0])
+        if self.random_inputs:
+            args = (*args, *(r.draw() for r in self.random_inputs))
+        outs = self._run_fast(args)
+        if outs is not _MISS:
+            return outs  # type: ignore[no-any-return]
+        key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+                    for a in args)
+        prog = self.programs.get(key)
+        built = None
+        if prog is None:
+            prog = built = self._build(list(args))
+            self.programs[key] = prog
+            self._register_fast(prog)
+        self._last = prog
+        outcome, lower_s, compile_s, hits, compiles = cache_accounting(built)
+        ins: list[torch.Tensor] = []
+        copies = 0
+        for i in prog.inputs:
+            t = args[i]
+            if not t.is_contiguous():
+                t = t.contiguous()
+                copies += 1
+            ins.append(t.detach())
+        ins.extend(prog.constants)
+        caps, out_ptrs, views, ncopies, run_s = _native.execute(
+            prog.exe, [t.data_ptr() for t in ins], prog.shapes, prog.codes, ins)
+        results = [from_dlpack(c) for c in caps]
+        prog.calls += 1
+        outs: list[torch.Tensor | None] = []
+        for o in prog.outputs:
+            if o is None:
+                outs.append(None)
+            elif o[0] == "prog":
+                outs.append(results[o[1]])
+            else:
+                outs.append(args[o[1]])
+        _record((self.platform, compiles, hits, outcome, prog.segments, views - copies,
+                 ncopies + copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
+        return outs
+
+    def try_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
+        """Run the last call's program natively if ``args`` fit its
+        signature (every program input's dtype, shape, density and device is
+        checked); otherwise return the fast path's miss sentinel, without
+        side effects. Inputs the program does not read are not checked."""
+        if self.random_inputs:
+            args = (*args, *(r.draw() for r in self.random_inputs))
+        return self._run_fast(args)
+
+    def _run_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
+        last = self._last
+        if last is None:
+            return _MISS
+        ins = [args[i] for i in last.inputs]
+        ins += last.constants
+        res = _fast_call(last, tuple(ins))
+        if res is _MISS:
+            return _MISS
+        last.calls += 1
+        return [None if o is None else res[o[1]] if o[0] == "prog" else args[o[1]]
+                for o in last.outputs]
+
+    def _register_fast(self, prog: Program) -> None:
+        """Hand ``prog``'s signature to the native fast path (all program
+        inputs dense CPU tensors of supported, non-complex dtypes)."""
+        dtypes = [_dtype_of_code(c) for c in prog.codes]
+        if any(d is None or d not in _PLAIN for d in dtypes):
+            return
+        x64 = bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
+        _native.fast_register(prog, x64, dtypes, prog.codes, [list(s) for s in prog.shapes],
+                              prog.exe, _LIST_TREE, list(prog.segments), self.platform)
+
+    # -- building -------------------------------------------------------------
+    def _build(self, args: list[Any]) -> Program:
+        part = self.partition
+        types: dict[str, TensorSpec] = {}
+        for name, a in zip(part.placeholders, args):
+            if isinstance(a, torch.Tensor):
+                if a.device.type != "cpu":
+                    raise ArgumentError(f"hlobridge backend: input {name} is on {a.device}; the "
+                                        f"hlobridge runtime is the {self.platform} plugin")
+                if a.dtype not in _CODES:
+                    raise DtypeError(f"hlobridge backend: input {name} has unsupported dtype "
+                                     f"{a.dtype}")
+                types[name] = (tuple(a.shape), a.dtype)
+            elif a is not None and not isinstance(a, (int, float, bool)):
+                raise CompileBackendError(f"hlobridge backend: graph input {name} is a "
+                                          f"{type(a).__name__}")
+        if any(not isinstance(a, torch.Tensor) and a is not None for a in args):
+            raise CompileBackendError(
+                "hlobridge backend: the graph has symbolic (dynamic) sizes as inputs; compile "
+                "with torch.compile(..., dynamic=False) (each new shape then recompiles)")
+        consts: dict[str, torch.Tensor] = dict(part.constants)
+        for name, c in consts.items():
+            types[name] = (tuple(c.shape), c.dtype)
+        t0 = _perf()
+        segs: list[tuple[str, str, str, str, list[str], list[str]]] = []
+        engines: list[str] = []
+        for piece in part.pieces:
+            if isinstance(piece, TorchPiece):
+                seg = self._lower_torch(piece, types, consts, segs, engines)
+                segs.append(seg)
+                engines.append(get_engine().name)
+            else:
+                segs.append(self._lower_jax(piece, types))
+                engines.append("jax.jit")
+        used_args = [i for i, n in enumerate(part.placeholders)
+                     if n in types and any(n in s[4] for s in segs)]
+        used_consts = [n for n in consts if any(n in s[4] for s in segs)]
+        prog_out: list[str] = []
+        outputs: list[tuple[str, int] | None] = []
+        placeholder_pos = {n: i for i, n in enumerate(part.placeholders)}
+        for h in part.outputs:
+            if h is None:
+                outputs.append(None)
+            elif h in placeholder_pos:
+                outputs.append(("arg", placeholder_pos[h]))
+            else:
+                if h not in prog_out:
+                    prog_out.append(h)
+                outputs.append(("prog", prog_out.index(h)))
+        inputs = [(part.placeholders[i], _mlir_type(types[part.placeholders[i]]), False)
+                  for i in used_args]
+        inputs += [(n, _mlir_type(types[n]), False) for n in used_consts]
+        text, report_json = _native.stitch(inputs, segs, prog_out)
+        lower_s = _perf() - t0
+        exe, hit = _native.compile(text)
+        report = json.loads(report_json)
+        ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
+        segments = tuple(
+            StitchedSegment(name=s[0], producer=s[1], fingerprint=exe.fingerprint,
+                            num_inputs=len(s[4]), num_outputs=len(s[5]), engine=e,
+                            graph=self.label, ops=int(ops.get(s[0], 0)))
+            for s, e in zip(segs, engines))
+        const_tensors = [consts[n].contiguous() for n in used_consts]
+        shapes = [types[part.placeholders[i]][0] for i in used_args]
+        shapes += [tuple(c.shape) for c in const_tensors]
+        codes = [_CODES[types[part.placeholders[i]][1]] for i in used_args]
+        codes += [_CODES[c.dtype] for c in const_tensors]
+        return Program(exe=exe, text=text, report=report, segments=segments, inputs=used_args,
+                       constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
+                       lower_s=lower_s, compile_s=0.0 if hit else exe.compile_time_s,
+                       outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs])
+
+    def _lower_torch(self, piece: TorchPiece, types: dict[str, TensorSpec],
+                     consts: dict[str, torch.Tensor], segs: list[Any], engines: list[str]
+                     ) -> tuple[str, str, str, str, list[str], list[str]]:
+        lowered = get_engine().lower(piece.gm, [types[h] for h in piece.inputs])
+        # Backstop behind the FX-level refusal: a collective torch_xla
+        # lowered would be a one-replica no-op (docs/distributed.md).
+        from hlobridge._src.distributed_guard import check_stablehlo_collectives
+
+        check_stablehlo_collectives(lowered.text, f"hlobridge backend ({self.label}, "
+                                                  f"{piece.name})")
+        handles: list[str] = []
+        for k, p in enumerate(lowered.params):
+            if isinstance(p, int):
+                handles.append(piece.inputs[p])
+                continue
+            name = f"{piece.name}_const{k}"
+            types[name] = (tuple(p.shape), p.dtype)
+            handles.append(name)
+            if p.dim() == 0 and p.dtype in _DTYPES:
+                # A scalar the engine made a parameter: a constant segment,
+                # so that XLA can fold it.
+                segs.append((name, "torch", _scalar_module(p), "main", [], [name]))
+                engines.append("constant")
+            else:
+                consts[name] = p
+        for h, spec in zip(piece.outputs, lowered.outputs):
+            types[h] = spec
+        return (piece.name, "torch", lowered.text, "main", handles, piece.outputs)
+
+    def _lower_jax(self, piece: JaxPiece, types: dict[str, TensorSpec]
+                   ) -> tuple[str, str, str, str, list[str], list[str]]:
+        fn = lookup(piece.key)
+        specs = [types[h] for h in piece.inputs]
+        sds = [jax.ShapeDtypeStruct(s, _DTYPES[d][1]) for s, d in specs]  # type: ignore[no-untyped-call]
+        need_x64 = any(d in _X64 for _, d in specs)
+        from hlobridge._src.pallas_auto import lower_traced, producer_of  # cpu: Pallas in interpret mode
+
+        with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
+            traced = jax.jit(fn.flat, keep_unused=True).trace(*sds)
+            lowered = lower_traced(traced, self.platform)
+            text = lowered.as_text()
+        out_info = jax.tree_util.tree_leaves(lowered.out_info)
+        for h, info in zip(piece.outputs, out_info):
+            dt = _torch_dtype(info.dtype)
+            types[h] = (tuple(info.shape), dt)
+        return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
+
+
+class _ListTree:
+    """Output "tree" of the fast path for graph programs: the flat list."""
+
+    @staticmethod
+    def unflatten(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        return leaves
+
+
+_LIST_TREE = _ListTree()
+
+
+def _dtype_of_code(code: int) -> torch.dtype | None:
+    for dt, c in _CODES.items():
+        if c == code:
+            return dt
+    return None
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    import numpy as np
+
+    for t, (_, j) in _DTYPES.items():
+        if np.dtype(j) == np.dtype(dtype):
+            return t
+    raise DtypeError(f"hlobridge backend: no torch dtype for {dtype}")
+
+
+def _scalar_module(value: torch.Tensor) -> str:
+    """A module whose ``main()`` returns the 0-d constant ``value``."""
+    arr = value.numpy()
+    need_x64 = value.dtype in _X64
+    with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
+        return jax.jit(lambda: arr).lower().as_text()  # type: ignore[no-any-return]

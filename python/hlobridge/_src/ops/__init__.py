@@ -1,0 +1,1 @@
+"""The implementation of :mod:`hlobridge.ops` (fused operators)."""

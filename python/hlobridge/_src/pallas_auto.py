@@ -1,0 +1,118 @@
+"""Pallas kernels written for GPU/TPU run on the CPU platform in interpret
+mode, automatically.
+
+JAX lowers a ``pallas_call`` without ``interpret=True`` for the ``cpu``
+platform by raising a bare ``ValueError: Only interpret mode is supported on
+CPU backend``. Every place where hlobridge lowers a JAX function for its
+runtime (``call_jax`` and its autograd/lazy paths through
+:func:`hlobridge._src.lowering.lower`, the ``torch.compile`` backend and
+``hb.compile_train_step`` through :mod:`hlobridge._src.dynamo.program`) lowers with
+:func:`lower_traced` instead of ``traced.lower(...)``. For the ``cpu``
+platform that passes JAX a lowering rule override for the ``pallas_call``
+primitive (``LoweringParameters.override_lowering_rules``): a kernel written
+without ``interpret=True`` is lowered exactly as with ``interpret=True`` -- the
+same HLO interpreter lowering as ``hb.trace_pallas(..., target="cpu")``. The
+jaxpr keeps the kernel as written, which is how receipts tell such a kernel
+apart (:func:`hlobridge.pallas.kernels_in` marks it ``auto_interpret``).
+
+Scope and rules:
+
+- Only the ``cpu`` platform falls back, and only inside hlobridge's own
+  lowerings: the override is a per-lowering parameter (part of JAX's lowering
+  cache key), so plain ``jax.jit`` in the same process keeps JAX's behavior,
+  and ``cuda``/``tpu`` lowerings keep every kernel as written.
+- ``HLOBRIDGE_PALLAS_AUTO_INTERPRET=0`` turns the fallback off (read at each
+  lowering; signatures already compiled stay cached): such a kernel then
+  raises :class:`~hlobridge.pallas.PallasLoweringError` naming the kernel and
+  the fix, never JAX's bare ``ValueError``.
+- Kernels that already have an ``interpret`` setting (``True`` or JAX's TPU/GPU
+  interpreter parameters) are lowered as written.
+
+Uses private JAX APIs of the pinned jax 0.10.x (``mlir.LoweringParameters``,
+the registered ``pallas_call`` lowering rule, ``Traced.lower``'s
+``_private_parameters``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax._src.interpreters import mlir
+from jax._src.pallas.pallas_call import pallas_call_p
+
+from hlobridge._src import config
+from hlobridge._src.pallas import PallasLoweringError, kernel_name, pallas_eqns
+
+__all__ = ["ENV", "auto_interpret_enabled", "cpu_interpret_error", "lowering_parameters", "lower_traced",
+           "producer_of"]
+
+ENV = "HLOBRIDGE_PALLAS_AUTO_INTERPRET"
+"""Environment variable: ``0`` turns the CPU interpret fallback off."""
+
+_JAX_CPU_MESSAGE = "Only interpret mode is supported on CPU backend"
+
+
+def auto_interpret_enabled() -> bool:
+    """Whether kernels without ``interpret=True`` lower in interpret mode on
+    ``cpu`` (``HLOBRIDGE_PALLAS_AUTO_INTERPRET`` is not ``0``)."""
+    return config.get_flag(ENV)
+
+
+def cpu_interpret_error(kernels: str) -> PallasLoweringError:
+    """The named error for a kernel without ``interpret=True`` on ``cpu``
+    when the fallback is off, with the fix."""
+    return PallasLoweringError(
+        kernels, "cpu", "the kernel was written for GPU/TPU (no interpret=True) and the CPU backend runs "
+        f"Pallas only in interpret mode; fix: unset {ENV}=0 (hlobridge then interprets it automatically), "
+        "pass interpret=True to pl.pallas_call, or lower it with hb.trace_pallas(kernel, ..., target='cpu')")
+
+
+def _jax_rule() -> Any:
+    # The rule JAX registered for every platform (it dispatches per platform).
+    return mlir._lowerings[pallas_call_p].rule
+
+
+def _auto_rule(ctx: Any, *in_nodes: Any, interpret: Any, **params: Any) -> Any:
+    return _jax_rule()(ctx, *in_nodes, interpret=interpret if interpret else True, **params)
+
+
+def _strict_rule(ctx: Any, *in_nodes: Any, interpret: Any, **params: Any) -> Any:
+    if not interpret:
+        raise cpu_interpret_error(kernel_name(params))
+    return _jax_rule()(ctx, *in_nodes, interpret=interpret, **params)
+
+
+# Module-level constants: LoweringParameters is part of JAX's lowering cache
+# key, so equal parameters must be the same rules.
+_AUTO = mlir.LoweringParameters(override_lowering_rules=((pallas_call_p, _auto_rule),))
+_STRICT = mlir.LoweringParameters(override_lowering_rules=((pallas_call_p, _strict_rule),))
+
+
+def lowering_parameters(platform: str) -> Any:
+    """JAX lowering parameters for ``platform``: the ``pallas_call`` override
+    on ``cpu`` (interpret, or the named error when the fallback is off),
+    ``None`` (JAX's defaults) for any other platform."""
+    if platform != "cpu":
+        return None
+    return _AUTO if auto_interpret_enabled() else _STRICT
+
+
+def lower_traced(traced: Any, platform: str) -> Any:
+    """``traced.lower(lowering_platforms=(platform,))`` for a ``jax.jit(...).trace(...)``
+    result, with the ``cpu`` Pallas rule of :func:`lowering_parameters`. A
+    bare "Only interpret mode is supported on CPU backend" from JAX becomes a
+    :class:`~hlobridge.pallas.PallasLoweringError` naming the kernel(s)."""
+    try:
+        return traced.lower(lowering_platforms=(platform,), _private_parameters=lowering_parameters(platform))
+    except ValueError as e:
+        if _JAX_CPU_MESSAGE not in str(e):
+            raise
+        names = [kernel_name(dict(q.params)) for q in pallas_eqns(traced.jaxpr.jaxpr)
+                 if not q.params.get("interpret")]
+        raise cpu_interpret_error(", ".join(names) or "pallas_call") from e
+
+
+def producer_of(traced: Any) -> str:
+    """Receipt producer of a traced JAX function (``jax.jit(...).trace(...)``):
+    ``"pallas"`` when it embeds a ``pallas_call``, else ``"jax"``."""
+    return "pallas" if next(pallas_eqns(traced.jaxpr.jaxpr), None) is not None else "jax"

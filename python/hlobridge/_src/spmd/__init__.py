@@ -1,0 +1,2 @@
+"""The implementation of :mod:`hlobridge.spmd` (SPMD across processes on
+JAX's distributed runtime)."""

@@ -1,0 +1,372 @@
+"""Whole-step capture: a torch model's forward, backward and optimizer update
+(torch or JAX) as ONE stitched program per input signature.
+
+``torch.compile(model, backend="hlobridge")`` gives one program per graph
+AOTAutograd hands over: a forward, a backward, and the optimizer runs in
+eager torch. :func:`compile_train_step` captures the whole step instead:
+
+1. the step (``loss_fn(model, *batch)``, ``torch.autograd.grad`` of the loss
+   with respect to the parameters, ``optimizer.update``) is traced with
+   ``make_fx`` on fake tensors into one functional aten graph, core-aten
+   decomposed. :func:`hlobridge.call_jax` calls inside the model, the loss or
+   the optimizer become ``hlobridge::call_jax`` nodes, and their backward
+   (JAX's VJP) a second node;
+2. the graph goes through the ``torch.compile`` backend's machinery
+   (:class:`hlobridge.dynamo.CompiledGraph`): split at the JAX nodes, torch
+   pieces lowered by the engine, JAX pieces by ``jax.jit``, stitched by the
+   Rust core into ONE module, compiled once and cached;
+3. each call runs that one executable on the parameters, buffers, optimizer
+   state and batch (zero-copy in), and swaps the new parameter, buffer and
+   state values in (zero-copy out: ``param.data`` aliases the PJRT buffer;
+   the ``nn.Parameter`` objects stay the same).
+
+Buffers the forward updates in place (BatchNorm running statistics) are
+returned by the program and written back. A batch of new shapes or dtypes
+traces and compiles again (one program per signature, cached).
+
+Data parallel (a ``DistributedDataParallel`` model or ``process_group=``,
+:mod:`hlobridge._src.data_parallel`): the traced step also holds the gradient
+all-reduce, and :mod:`hlobridge._src.collective_split` cuts it there into a
+gradient program and an update program, with the all-reduce run by
+``torch.distributed`` between them. Functional collectives in the loss or
+the optimizer are cut the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from hlobridge._src.errors import ArgumentError
+from hlobridge._src.entry_cache import MISS as _MISS
+from hlobridge._src.optim import Optimizer
+
+_Tensor = torch.Tensor
+
+__all__ = ["TrainStep", "compile_train_step"]
+
+_counter = itertools.count()
+
+
+@dataclass
+class _Traced:
+    """One input signature's traced and compiled step."""
+
+    graph: Any  # hlobridge._src.dynamo.program.CompiledGraph
+    state_spec: pytree.TreeSpec
+    mutated_buffers: list[str]
+    """Buffers (by name) the forward updates, in program-output order."""
+    mutated_buffer_tensors: list[torch.Tensor]
+    """The same buffers."""
+    n_batch: int
+    """Batch arguments (top level) the trace was made for."""
+    aux_spec: pytree.TreeSpec | None = None
+    """Structure of ``loss_fn``'s auxiliary output (``has_aux``)."""
+    n_aux: int = 0
+
+
+class TrainStep:
+    """A compiled training step; see :func:`compile_train_step`."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
+                 optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None,
+                 process_group: Any = None) -> None:
+        from hlobridge._src.data_parallel import resolve
+
+        # A DDP wrapper or process_group=: gradients all-reduced between a
+        # gradient and an update program (hlobridge._src.data_parallel); FSDP and
+        # DTensors refused; a one-rank DDP unwrapped (docs/distributed.md).
+        model, self._dp = resolve(model, process_group)
+        self.model = model
+        self.has_aux = has_aux
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.name = name or f"train_step #{next(_counter)}"
+        self._params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        if not self._params:
+            raise ArgumentError("compile_train_step: the model has no parameters that require "
+                                "grad")
+        # Buffers and frozen parameters are program inputs the optimizer does
+        # not touch (the forward may still update buffers in place).
+        self._buffers = {**dict(model.named_buffers()),
+                         **{k: p for k, p in model.named_parameters() if not p.requires_grad}}
+        self._param_list = list(self._params.values())
+        self._buffer_list = list(self._buffers.values())
+        with torch.no_grad():
+            state = optimizer.init({k: p.detach() for k, p in self._params.items()})
+        self._state_leaves, self._state_spec = pytree.tree_flatten(state)
+        self._traced: dict[tuple[Any, ...], _Traced] = {}
+        self._last: _Traced | None = None
+        """The last call's trace, tried first when the batch is a flat tuple
+        of plain tensors."""
+        self._lock = threading.Lock()
+
+    # -- running --------------------------------------------------------------
+    def __call__(self, *batch: Any) -> Any:
+        """Run one step on ``batch`` (the arguments after ``model`` of
+        ``loss_fn``); updates the model's parameters (and mutated buffers)
+        and the optimizer state; returns the loss (before the update), or
+        ``(loss, aux)`` with ``has_aux``."""
+        if self._dp is not None:
+            self._dp.check_call(self.name)
+        last = self._last
+        if last is not None and len(batch) == last.n_batch and \
+                all(type(b) is _Tensor for b in batch):
+            # Hot path: the last signature's program, checked and run natively
+            # (a miss, e.g. a new batch shape, falls through to a new trace).
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            try:
+                outs = last.graph.try_fast(
+                    (*self._param_list, *self._buffer_list, *self._state_leaves, *batch))
+            finally:
+                torch._C._set_grad_enabled(grad)
+            if outs is not _MISS:
+                return self._apply(outs, last)
+        return self._call_traced(batch)
+
+    def _call_traced(self, batch: tuple[Any, ...]) -> Any:
+        batch_leaves, batch_spec = pytree.tree_flatten(batch)
+        state_leaves = self._state_leaves
+        params = [p.detach() for p in self._param_list]
+        buffers = [b.detach() for b in self._buffer_list]
+        flat = [*params, *buffers, *state_leaves, *batch_leaves]
+        key = (batch_spec, self._state_spec,
+               *((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else t
+                 for t in flat))
+        traced = self._traced.get(key)
+        if traced is None:
+            with self._lock:
+                traced = self._traced.get(key)
+                if traced is None:
+                    traced = self._trace(flat, batch_spec, self._state_spec, len(state_leaves))
+                    self._traced[key] = traced
+        outs = traced.graph(*flat)
+        flat_batch = batch_spec == pytree.tree_flatten(tuple(batch_leaves))[1]
+        self._last = traced if flat_batch else None
+        return self._apply(outs, traced)
+
+    def _apply(self, outs: list[Any], traced: _Traced) -> Any:
+        """Swap the program's results in: parameters and buffers by
+        ``.data`` (zero-copy), the optimizer state's leaves."""
+        n_p, n_s, n_a = len(self._param_list), len(self._state_leaves), traced.n_aux
+        # Assigning .data records nothing for autograd: no no_grad() needed.
+        for p, v in zip(self._param_list, outs[1:1 + n_p]):
+            p.data = v
+        for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
+            b.data = v
+        self._state_leaves = outs[1 + n_p:1 + n_p + n_s]
+        if traced.aux_spec is not None:
+            aux = pytree.tree_unflatten(outs[1 + n_p + n_s:1 + n_p + n_s + n_a], traced.aux_spec)
+            return outs[0], aux
+        return outs[0]
+
+    @property
+    def state(self) -> Any:
+        """The optimizer state (the pytree ``optimizer.init`` made, holding
+        the latest values)."""
+        return pytree.tree_unflatten(list(self._state_leaves), self._state_spec)
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        leaves, spec = pytree.tree_flatten(value)
+        if spec != self._state_spec:
+            self._last = None  # a new structure needs a new trace
+        self._state_leaves, self._state_spec = leaves, spec
+
+    @property
+    def graphs(self) -> list[Any]:
+        """The compiled graph of each input signature seen so far
+        (:class:`hlobridge.dynamo.CompiledGraph`)."""
+        return [t.graph for t in self._traced.values()]
+
+    # -- tracing --------------------------------------------------------------
+    def _trace(self, flat: list[Any], batch_spec: pytree.TreeSpec,
+               state_spec: pytree.TreeSpec, n_state: int) -> _Traced:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from hlobridge._src.collective_split import compile_graph
+        from hlobridge._src.distributed_guard import DifferentiableCollectiveWatch
+        from hlobridge._src.dynamo.engine import decompositions
+
+        pnames = list(self._params)
+        bnames = list(self._buffers)
+        n_p, n_b = len(pnames), len(bnames)
+        model, loss_fn, optimizer = self.model, self.loss_fn, self.optimizer
+        has_aux = self.has_aux
+        dp = self._dp
+        module_buffers = {k for k, _ in model.named_buffers()}
+        mutated: list[str] = []
+        aux_box: list[pytree.TreeSpec] = []
+
+        def step(*xs: Any) -> list[torch.Tensor]:
+            params = dict(zip(pnames, xs[:n_p]))
+            buffers = dict(zip(bnames, xs[n_p:n_p + n_b]))
+            state = pytree.tree_unflatten(list(xs[n_p + n_b:n_p + n_b + n_state]), state_spec)
+            batch = pytree.tree_unflatten(list(xs[n_p + n_b + n_state:]), batch_spec)
+            shared = {k: b for k, b in buffers.items() if k in module_buffers}
+            synced = shared if dp is None else dp.broadcast(shared)
+            if synced is not shared:
+                # DDP's broadcast_buffers: the forward reads (and updates)
+                # rank 0's buffers; written back below, they come back as
+                # mutated buffers.
+                buffers = {**buffers, **synced}
+            watch = DifferentiableCollectiveWatch()
+            with torch.enable_grad():
+                live = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+
+                def forward(*args: Any, **kwargs: Any) -> Any:
+                    return torch.func.functional_call(model, {**live, **buffers}, args, kwargs)
+
+                with watch:
+                    loss = loss_fn(forward, *batch)
+                # A collective on the way to the loss has no backward.
+                watch.check(f"compile_train_step ({self.name})")
+                if synced is not shared:
+                    for k, t in synced.items():
+                        shared[k].copy_(t)
+                aux_leaves: list[Any] = []
+                if has_aux:
+                    if not (isinstance(loss, tuple) and len(loss) == 2):
+                        raise ArgumentError("compile_train_step(has_aux=True): loss_fn must "
+                                            "return (loss, aux)")
+                    loss, aux = loss
+                    aux_leaves, aux_spec = pytree.tree_flatten(aux)
+                    if not all(isinstance(a, torch.Tensor) for a in aux_leaves):
+                        raise ArgumentError("compile_train_step: aux must be a pytree of "
+                                            "tensors")
+                    aux_box[:] = [aux_spec]
+                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                    raise ArgumentError("compile_train_step: loss_fn must return a scalar "
+                                        "tensor")
+                grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+            g = {k: (gr if gr is not None else torch.zeros_like(params[k]))
+                 for k, gr in zip(pnames, grads)}
+            if dp is not None:
+                g = dp.all_reduce_mean(pnames, g)  # between two programs
+            new_params, new_state = optimizer.update(params, g, state)
+            new_leaves, new_spec = pytree.tree_flatten(new_state)
+            if new_spec != state_spec:
+                raise ArgumentError(f"compile_train_step: optimizer.update returned a state of "
+                                    f"structure {new_spec}, the state it got was {state_spec}")
+            return [loss.detach().reshape(()), *(new_params[k] for k in pnames), *new_leaves,
+                    *(a.detach() for a in aux_leaves)]
+
+        from torch.func import functionalize
+
+        # Two passes: autograd cannot run inside functorch's functionalize,
+        # so the step is traced first as it is (in-place ops included), and
+        # that plain aten graph is then traced again, functionalized.
+        # Attention is traced through its math formulation (torch_xla lowers
+        # neither the fused CPU flash-attention kernel nor its backward).
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel([SDPBackend.MATH]):
+            raw = make_fx(step, decomposition_table=decompositions(),
+                          tracing_mode="fake")(*flat)
+        gm = make_fx(functionalize(raw, remove="mutations_and_views"),
+                     tracing_mode="fake")(*flat)
+        if dp is not None:
+            _drop_input_shaped_copies(gm)
+        _lift_buffer_mutations(gm, n_p, bnames, mutated)
+        return _Traced(graph=compile_graph(gm, self.name), state_spec=state_spec,
+                       mutated_buffers=mutated,
+                       mutated_buffer_tensors=[self._buffers[n] for n in mutated],
+                       n_batch=batch_spec.num_children,
+                       aux_spec=aux_box[0] if aux_box else None,
+                       n_aux=aux_box[0].num_leaves if aux_box else 0)
+
+
+def _drop_input_shaped_copies(gm: torch.fx.GraphModule) -> None:
+    """``aten.copy(input, src)`` with ``src`` of the input's shape and dtype
+    is ``src``: use it directly. (Writing the broadcast buffers back leaves
+    such copies; the program would read the input only for its shape, which
+    torch_xla drops for a 0-d input such as ``num_batches_tracked``.)"""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if not (isinstance(dst, torch.fx.Node) and dst.op == "placeholder"
+                and isinstance(src, torch.fx.Node)):
+            continue
+        a, b = dst.meta.get("val"), src.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+                a.shape == b.shape and a.dtype == b.dtype and a.device == b.device:
+            node.replace_all_uses_with(src)
+            gm.graph.erase_node(node)
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],
+                           mutated: list[str]) -> None:
+    """Turn functionalization's trailing ``copy_(buffer, new_value)`` nodes
+    into extra graph outputs (appended in order), recording the buffer
+    names in ``mutated``. Any other input mutation is an error."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    extra: list[torch.fx.Node] = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.copy_.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        i = index.get(dst)  # type: ignore[arg-type]
+        if i is None or not n_params <= i < n_params + len(bnames):
+            raise ArgumentError("compile_train_step: the step mutates one of its inputs in "
+                                "place (a parameter, the optimizer state or the batch); only "
+                                "module buffers may be updated in place")
+        mutated.append(bnames[i - n_params])
+        extra.append(src)  # type: ignore[arg-type]
+        node.replace_all_uses_with(src)  # type: ignore[arg-type]
+        gm.graph.erase_node(node)
+    if extra:
+        outs = list(out_node.args[0])  # type: ignore[arg-type]
+        out_node.args = (outs + extra,)
+        gm.recompile()
+
+
+def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
+                       optimizer: Optimizer, *, has_aux: bool = False,
+                       name: str | None = None, process_group: Any = None) -> TrainStep:
+    """Compile ``model``'s whole training step into ONE program.
+
+    ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
+    module (it is a functional stand-in bound to the current parameters).
+    ``optimizer`` is an :mod:`hlobridge.optim` optimizer (``SGD``, ``Adam``,
+    or a JAX update through ``JaxOptimizer``). JAX functions called with
+    :func:`hlobridge.call_jax` anywhere in the step are stitched into the same
+    program.
+
+    ``step = compile_train_step(model, loss_fn, opt)``; then ``loss =
+    step(x, y)`` runs forward, backward and the update, and leaves the new
+    values in ``model``'s parameters. :func:`hlobridge.last_receipt` shows the
+    one executable and its torch and JAX segments.
+
+    With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` where ``aux``
+    is a pytree of tensors (logits, metrics...), computed in the same
+    program and returned as ``(loss, aux)``.
+
+    Data parallel (``docs/distributed.md``, :mod:`hlobridge._src.data_parallel`):
+    with a model wrapped in ``DistributedDataParallel``, or with
+    ``process_group=`` (a ``torch.distributed`` group; its rank 0's
+    parameters are broadcast once), each rank runs a gradient program, the
+    gradients are averaged over the group through ``torch.distributed``
+    (bucketed, as DDP does), and an update program applies them: the result
+    equals DDP eager. FSDP (``FullyShardedDataParallel``, ``fully_shard``)
+    and DTensor parameters raise
+    :class:`~hlobridge.errors.DistributedNotSupportedError`.
+    Functional collectives in the step run between programs; one on a value
+    that requires grad (no backward) raises
+    :class:`~hlobridge.errors.CollectiveNotSupportedError`.
+    """
+    return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name,
+                     process_group=process_group)
