@@ -2,10 +2,13 @@
 //!
 //! An artifact (written by `hlobridge.export`, docs/deploy.md) is a
 //! directory with the stitched StableHLO module(s), `weights.safetensors`
-//! and `manifest.json`. [`Model::load`] verifies the manifest's format and
-//! hlobridge version and the content hash over every file, compiles each
-//! module variant through the PJRT plugin ([`pjrt_client`]) and binds the
-//! weights on the device once; [`Model::run`] executes named host tensors.
+//! and `manifest.json`; its format is defined in [`hlobridge_artifact`]
+//! (re-exported here as [`manifest`], [`safetensors`], [`writer`]).
+//! [`Model::load`] reads it through [`hlobridge_artifact::read_artifact`]
+//! (regular files only, sizes capped, the content hash checked over the
+//! bytes read), compiles each module variant through the PJRT plugin
+//! ([`pjrt_client`]) and binds the weights on the device once;
+//! [`Model::run`] executes named host tensors.
 //!
 //! ```no_run
 //! use hlobridge_deploy::{Model, TensorRef};
@@ -19,12 +22,11 @@
 pub mod batching;
 pub mod compile_cache;
 pub mod error;
-pub mod manifest;
 pub mod model;
-pub mod safetensors;
 #[cfg(feature = "tch")]
 pub mod tch_io;
-pub mod writer;
+
+pub use hlobridge_artifact::{manifest, safetensors, writer, ArtifactError};
 
 pub use error::{DeployError, Result};
 pub use manifest::{Manifest, Output, Param};

@@ -1,13 +1,16 @@
-//! [`Model`]: a loaded artifact. Loading verifies the manifest and the
-//! content hash, compiles every module variant once through the PJRT
-//! plugin, and binds the weights on the device once; [`Model::run`] checks
-//! named inputs against the manifest, pads the batch to the smallest
-//! compiled bucket, executes and slices the results back.
+//! [`Model`]: a loaded artifact. Loading reads and verifies it once
+//! ([`hlobridge_artifact::read_artifact`]: regular files only, sizes
+//! capped, manifest, content hash, weights against the manifest), compiles
+//! every module variant once through the PJRT plugin, and binds the weights
+//! on the device once; [`Model::run`] checks named inputs against the
+//! manifest, pads the batch to the smallest compiled bucket (only for an
+//! artifact whose rows the exporter found independent), executes, checks
+//! that every result carries the bucket's rows, and slices them back.
 
 use crate::batching::{concat_pad, slice_rows};
 use crate::error::{DeployError, Result};
-use crate::manifest::{content_hash, element_type, Manifest};
-use crate::safetensors;
+use crate::manifest::{element_type, Manifest};
+use hlobridge_artifact::ArtifactError;
 use pjrt_client::{Buffer, Client, ClientOptions, ElementType, LoadedExecutable, Plugin};
 use std::path::{Path, PathBuf};
 
@@ -86,13 +89,6 @@ impl std::fmt::Debug for Model {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| DeployError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 impl Model {
     /// Loads the artifact in `dir` with the discovered plugin.
     pub fn load(dir: impl AsRef<Path>) -> Result<Model> {
@@ -101,82 +97,48 @@ impl Model {
 
     /// Loads the artifact in `dir`.
     pub fn load_with(dir: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
-        let dir = dir.as_ref();
-        let mpath = dir.join("manifest.json");
-        let text = String::from_utf8(read(&mpath)?)
-            .map_err(|_| DeployError::Manifest("not UTF-8".into()))?;
-        let manifest = Manifest::parse(&text)?;
-        let mut modules = Vec::new();
-        for f in &manifest.modules {
-            modules.push(read(&dir.join(&f.file))?);
-        }
-        let weights_file = read(&dir.join(&manifest.weights_file))?;
-        let mut files: Vec<(&str, &[u8])> = manifest
-            .modules
-            .iter()
-            .zip(&modules)
-            .map(|(f, b)| (f.file.as_str(), &b[..]))
-            .collect();
-        files.push((&manifest.weights_file, &weights_file));
-        let actual = content_hash(&text, &manifest.content_hash, &files)?;
-        if actual != manifest.content_hash {
-            return Err(DeployError::HashMismatch {
-                expected: manifest.content_hash.clone(),
-                actual,
-            });
-        }
-        let entries = safetensors::parse(&weights_file)?;
+        let v = hlobridge_artifact::read_artifact(dir.as_ref())?;
         let plugin = match &opts.plugin {
             Some(p) => Plugin::load(p)?,
             None => Plugin::discover()?,
         };
         let client = Client::new(&plugin, &ClientOptions::new())?;
+        let manifest = &v.manifest;
         let dtypes: Vec<ElementType> = manifest
             .params
             .iter()
             .map(|p| element_type(&p.dtype))
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, ArtifactError>>()?;
         let out_dtypes: Vec<ElementType> = manifest
             .outputs
             .iter()
             .map(|o| element_type(&o.dtype))
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, ArtifactError>>()?;
         let mut weights = Vec::with_capacity(manifest.params.len());
         for (p, &dt) in manifest.params.iter().zip(&dtypes) {
             if !p.weight {
                 weights.push(None);
                 continue;
             }
-            let e = entries.get(&p.name).ok_or_else(|| {
-                DeployError::Safetensors(format!(
-                    "weight {:?} is not in {}",
-                    p.name, manifest.weights_file
-                ))
+            // Present with the manifest's dtype and shape: checked by the reader.
+            let bytes = v.weight_bytes(&p.name).ok_or_else(|| {
+                DeployError::Execution(format!("weight {:?} missing after the check", p.name))
             })?;
-            if e.dtype != dt || e.shape != p.shape {
-                return Err(DeployError::Safetensors(format!(
-                    "weight {:?}: the file has {:?}{:?}, the manifest says {}{:?}",
-                    p.name, e.dtype, e.shape, p.dtype, p.shape
-                )));
-            }
-            let bytes = &weights_file[e.range.clone()];
             weights.push(Some(
                 client.buffer_from_host_bytes(bytes, dt, &p.shape, None)?,
             ));
         }
         let mut variants = Vec::new();
-        for (f, text) in manifest.modules.iter().zip(&modules) {
-            let text = std::str::from_utf8(text)
-                .map_err(|_| DeployError::Manifest(format!("{} is not UTF-8 text", f.file)))?;
+        for (f, (_, text)) in manifest.modules.iter().zip(&v.modules) {
             let (exe, outcome) = crate::compile_cache::compile(&client, text)?;
             tracing::debug!(file = %f.file, ?outcome, "artifact module ready");
             if exe.num_outputs() != manifest.outputs.len() {
-                return Err(DeployError::Manifest(format!(
+                return Err(DeployError::Artifact(ArtifactError::Manifest(format!(
                     "{} has {} results, the manifest lists {}",
                     f.file,
                     exe.num_outputs(),
                     manifest.outputs.len()
-                )));
+                ))));
             }
             variants.push(Variant {
                 batch: f.batch,
@@ -185,9 +147,10 @@ impl Model {
         }
         variants.sort_by_key(|v| v.batch);
         tracing::debug!(hash = %manifest.content_hash, variants = variants.len(), "artifact loaded");
+        let manifest = v.manifest;
         Ok(Model {
             manifest,
-            manifest_text: text,
+            manifest_text: v.manifest_text,
             client,
             variants,
             weights,
@@ -297,6 +260,13 @@ impl Model {
                         self.max_batch().unwrap_or(0)
                     )));
                 }
+                if !m.batchable() && !self.batch_sizes().contains(&b) {
+                    return Err(DeployError::BadInput(format!(
+                        "input {}: batch size along dim {bd} must be one of {:?} (the exporter found that this model's rows are not independent, so requests are not padded)",
+                        p.name,
+                        self.batch_sizes()
+                    )));
+                }
                 if batch.is_some_and(|x| x != b) {
                     return Err(DeployError::BadInput(
                         "inputs disagree on the batch size".into(),
@@ -350,6 +320,12 @@ impl Model {
             )?;
             return Ok(vec![outs]);
         };
+        if reqs.len() > 1 && !m.batchable() {
+            return Err(DeployError::BadInput(
+                "this artifact's rows are not independent: requests cannot be batched together"
+                    .into(),
+            ));
+        }
         let total: i64 = reqs.iter().map(|r| r.batch.unwrap_or(0)).sum();
         let v = self
             .variants
@@ -385,6 +361,14 @@ impl Model {
                 .map(|(d, s)| (&d[..], s.clone()))
                 .collect::<Vec<_>>(),
         )?;
+        for (o, spec) in outs.iter().zip(&m.outputs) {
+            if o.shape.get(bd) != Some(&bucket) {
+                return Err(DeployError::Execution(format!(
+                    "output {} has shape {:?}: no {bucket} rows along the batch dim {bd} to split between requests (the artifact's batch dim is wrong for this output)",
+                    spec.name, o.shape
+                )));
+            }
+        }
         let mut per_req = Vec::with_capacity(reqs.len());
         let mut start = 0i64;
         for r in reqs {
@@ -438,11 +422,18 @@ impl Model {
             }
         }
         let outs = v.exe.execute(&args)?;
+        if outs.len() != self.out_dtypes.len() {
+            return Err(DeployError::Execution(format!(
+                "the program returned {} results, the manifest lists {}",
+                outs.len(),
+                self.out_dtypes.len()
+            )));
+        }
         let mut res = Vec::with_capacity(outs.len());
         for (b, &dt) in outs.iter().zip(&self.out_dtypes) {
             let got = b.element_type()?;
             if got != dt {
-                return Err(DeployError::Manifest(format!(
+                return Err(DeployError::Execution(format!(
                     "program returned {got:?}, the manifest says {dt:?}"
                 )));
             }

@@ -89,7 +89,7 @@ impl Model {
         let mut res = Vec::with_capacity(outs.len());
         for (name, o) in outs {
             let k = kind(o.dtype).ok_or_else(|| {
-                DeployError::Manifest(format!("output {name}: no tch kind for {:?}", o.dtype))
+                DeployError::Execution(format!("output {name}: no tch kind for {:?}", o.dtype))
             })?;
             let t = TchTensor::f_from_data_size(&o.data, &o.shape, k)
                 .map_err(|e| DeployError::BadInput(format!("output {name}: {e}")))?;

@@ -3,7 +3,7 @@
 //! and bad inputs with named errors, and survive malformed safetensors.
 
 use hlobridge_deploy::writer::demo_artifact;
-use hlobridge_deploy::{safetensors, DeployError, Model, TensorRef};
+use hlobridge_deploy::{safetensors, ArtifactError, DeployError, Model, TensorRef};
 use pjrt_client::ElementType;
 use std::path::PathBuf;
 
@@ -167,35 +167,50 @@ fn tampered_or_foreign_artifacts_are_refused() {
     std::fs::write(&wpath, &w).unwrap();
     assert!(matches!(
         Model::load(&dir),
-        Err(DeployError::HashMismatch { .. })
+        Err(DeployError::Artifact(ArtifactError::HashMismatch { .. }))
     ));
 
     demo_artifact(&dir, &[2]).unwrap();
     let mpath = dir.join("module.b2.mlir");
     let t = std::fs::read_to_string(&mpath).unwrap();
-    std::fs::write(&mpath, t.replace("multiply", "add")).unwrap();
+    std::fs::write(&mpath, t.replace("multiply", "subtract")).unwrap();
     assert!(matches!(
         Model::load(&dir),
-        Err(DeployError::HashMismatch { .. })
+        Err(DeployError::Artifact(ArtifactError::HashMismatch { .. }))
     ));
 
     demo_artifact(&dir, &[2]).unwrap();
     let man = dir.join("manifest.json");
     let t = std::fs::read_to_string(&man).unwrap();
     std::fs::write(&man, t.replace(env!("CARGO_PKG_VERSION"), "99.0.0")).unwrap();
-    assert!(matches!(Model::load(&dir), Err(DeployError::Version(_))));
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::Artifact(ArtifactError::Version(_)))
+    ));
     std::fs::write(
         &man,
         t.replace("hlobridge-artifact/1", "hlobridge-artifact/9"),
     )
     .unwrap();
-    assert!(matches!(Model::load(&dir), Err(DeployError::Version(_))));
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::Artifact(ArtifactError::Version(_)))
+    ));
     std::fs::write(&man, t.replace("\"weights.safetensors\"", "\"../x\"")).unwrap();
-    assert!(matches!(Model::load(&dir), Err(DeployError::Manifest(_))));
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::Artifact(ArtifactError::Manifest(_)))
+    ));
     std::fs::write(&man, "{not json").unwrap();
-    assert!(matches!(Model::load(&dir), Err(DeployError::Manifest(_))));
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::Artifact(ArtifactError::Manifest(_)))
+    ));
     std::fs::remove_file(&man).unwrap();
-    assert!(matches!(Model::load(&dir), Err(DeployError::Io { .. })));
+    assert!(matches!(
+        Model::load(&dir),
+        Err(DeployError::Artifact(ArtifactError::Io { .. }))
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -247,7 +262,7 @@ fn malformed_safetensors_never_panic() {
     ];
     for f in &fixed {
         assert!(
-            matches!(safetensors::parse(f), Err(DeployError::Safetensors(_))),
+            matches!(safetensors::parse(f), Err(ArtifactError::Safetensors(_))),
             "{f:?}"
         );
     }
@@ -270,4 +285,60 @@ fn malformed_safetensors_never_panic() {
         // Must return (Ok or a named error), never panic.
         let _ = safetensors::parse(&f);
     }
+}
+
+#[test]
+fn a_result_without_the_batch_rows_is_an_execution_error_not_a_panic() {
+    use hlobridge_deploy::writer::demo_row_sum_artifact;
+    let dir = tmp("rowsum");
+    demo_row_sum_artifact(&dir, &[1, 4], None).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let x = bytes(&[1.0; 6]);
+    let two = TensorRef {
+        dtype: ElementType::F32,
+        shape: &[2, 3],
+        data: &x,
+    };
+    // Padded to 4 rows; the result has 1: slicing rows 0..2 would panic.
+    match model.run(&[("x", two)]) {
+        Err(DeployError::Execution(msg)) => assert!(msg.contains("output t"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    // The model still runs what it can.
+    let one = TensorRef {
+        shape: &[1, 3],
+        data: &x[..12],
+        ..two
+    };
+    assert!(model.run(&[("x", one)]).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rows_found_dependent_are_neither_padded_nor_batched() {
+    use hlobridge_deploy::writer::demo_row_sum_artifact;
+    use hlobridge_deploy::Prepared;
+    let dir = tmp("dependent");
+    demo_row_sum_artifact(&dir, &[1, 4], Some(false)).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let x = bytes(&[1.0; 12]);
+    let t = |b: i64| TensorRef {
+        dtype: ElementType::F32,
+        shape: if b == 1 { &[1, 3] } else { &[2, 3] },
+        data: &x[..b as usize * 12],
+    };
+    match model.run(&[("x", t(2))]) {
+        Err(DeployError::BadInput(msg)) => assert!(msg.contains("not independent"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let p = |b| Prepared {
+        inputs: vec![t(b)],
+        batch: Some(b),
+    };
+    assert!(matches!(
+        model.run_batch(&[p(1), p(1)]),
+        Err(DeployError::BadInput(_))
+    ));
+    assert!(model.run(&[("x", t(1))]).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
 }

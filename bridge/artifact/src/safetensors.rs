@@ -3,9 +3,9 @@
 //! `{"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}}`,
 //! then the data. Every length, offset, shape and dtype is checked against
 //! the file before any byte is read: a malformed file is a
-//! [`DeployError::Safetensors`], never a panic or an oversized allocation.
+//! [`ArtifactError::Safetensors`], never a panic or an oversized allocation.
 
-use crate::error::{DeployError, Result};
+use crate::error::{ArtifactError, Result};
 use pjrt_client::ElementType;
 use std::collections::BTreeMap;
 
@@ -23,8 +23,8 @@ pub struct TensorEntry {
     pub range: std::ops::Range<usize>,
 }
 
-fn bad(msg: impl Into<String>) -> DeployError {
-    DeployError::Safetensors(msg.into())
+pub(crate) fn bad(msg: impl Into<String>) -> ArtifactError {
+    ArtifactError::Safetensors(msg.into())
 }
 
 /// The safetensors dtype name of an element type, if it has one.
@@ -48,7 +48,7 @@ pub fn dtype_name(t: ElementType) -> Option<&'static str> {
     })
 }
 
-fn dtype_from_name(s: &str) -> Option<ElementType> {
+pub fn dtype_from_name(s: &str) -> Option<ElementType> {
     Some(match s {
         "F64" => ElementType::F64,
         "F32" => ElementType::F32,

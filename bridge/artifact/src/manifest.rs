@@ -7,7 +7,7 @@
 //! `hlobridge.export` writes it the same way (both hash bytes, so no JSON
 //! canonicalization is involved).
 
-use crate::error::{DeployError, Result};
+use crate::error::{ArtifactError, Result};
 use pjrt_client::ElementType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -51,6 +51,10 @@ pub struct ModuleFile {
     /// The batch size this module was exported for (along `batch_dim`).
     #[serde(default)]
     pub batch: Option<i64>,
+    /// The file's size in bytes: the reader refuses a larger file before
+    /// reading it (artifacts written before this field: a fixed cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 /// The parsed manifest.
@@ -77,6 +81,20 @@ pub struct Manifest {
     pub modules: Vec<ModuleFile>,
     /// The safetensors file holding the weights.
     pub weights_file: String,
+    /// The weights file's size in bytes (see [`ModuleFile::size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_size: Option<u64>,
+    /// Whether the exporter checked that every output row depends only on
+    /// its own input row (permuting the example batch permutes the outputs,
+    /// and changing the other rows leaves a row's outputs alone). `false`:
+    /// padding and dynamic batching are refused for this artifact, and
+    /// `batching_refused` says why. `None`: not checked (one row, or an
+    /// artifact written before the check); treated as independent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows_independent: Option<bool>,
+    /// Why the exporter refused batching (with `rows_independent: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batching_refused: Option<String>,
     /// `sha256:<hex>` (see the module docs).
     pub content_hash: String,
 }
@@ -85,26 +103,26 @@ impl Manifest {
     /// Parses and checks the manifest's internal consistency.
     pub fn parse(text: &str) -> Result<Manifest> {
         let m: Manifest =
-            serde_json::from_str(text).map_err(|e| DeployError::Manifest(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| ArtifactError::Manifest(e.to_string()))?;
         if m.format != FORMAT {
-            return Err(DeployError::Version(format!(
+            return Err(ArtifactError::Version(format!(
                 "artifact format {:?}, this runtime reads {FORMAT:?}",
                 m.format
             )));
         }
         let ours = env!("CARGO_PKG_VERSION");
         if major_minor(&m.hlobridge_version) != major_minor(ours) {
-            return Err(DeployError::Version(format!(
+            return Err(ArtifactError::Version(format!(
                 "artifact written by hlobridge {}, this runtime is {ours}",
                 m.hlobridge_version
             )));
         }
         if m.modules.is_empty() {
-            return Err(DeployError::Manifest("no modules".into()));
+            return Err(ArtifactError::Manifest("no modules".into()));
         }
         for f in m.modules.iter().map(|f| &f.file).chain([&m.weights_file]) {
             if f.is_empty() || f.contains('/') || f.contains('\\') || f.starts_with('.') {
-                return Err(DeployError::Manifest(format!(
+                return Err(ArtifactError::Manifest(format!(
                     "file name {f:?} is not a plain name inside the artifact"
                 )));
             }
@@ -113,25 +131,32 @@ impl Manifest {
         for p in &m.params {
             element_type(&p.dtype)?;
             if !names.insert(p.name.as_str()) {
-                return Err(DeployError::Manifest(format!(
+                return Err(ArtifactError::Manifest(format!(
                     "parameter {:?} twice",
                     p.name
                 )));
             }
             if let Some(bd) = m.batch_dim {
                 if !p.weight && bd >= p.shape.len() {
-                    return Err(DeployError::Manifest(format!(
+                    return Err(ArtifactError::Manifest(format!(
                         "input {:?} has no batch dim {bd}",
                         p.name
                     )));
                 }
             }
         }
+        let mut onames = std::collections::HashSet::new();
         for o in &m.outputs {
             element_type(&o.dtype)?;
+            if !onames.insert(o.name.as_str()) {
+                return Err(ArtifactError::Manifest(format!(
+                    "output {:?} twice",
+                    o.name
+                )));
+            }
             if let Some(bd) = m.batch_dim {
                 if bd >= o.shape.len() {
-                    return Err(DeployError::Manifest(format!(
+                    return Err(ArtifactError::Manifest(format!(
                         "output {:?} has no batch dim {bd}",
                         o.name
                     )));
@@ -139,11 +164,17 @@ impl Manifest {
             }
         }
         if m.batch_dim.is_some() && m.modules.iter().any(|f| f.batch.is_none_or(|b| b < 1)) {
-            return Err(DeployError::Manifest(
+            return Err(ArtifactError::Manifest(
                 "batch_dim is set but a module has no batch size".into(),
             ));
         }
         Ok(m)
+    }
+
+    /// Whether rows may be padded and batched together (see
+    /// [`Manifest::rows_independent`]).
+    pub fn batchable(&self) -> bool {
+        self.batch_dim.is_some() && self.rows_independent != Some(false)
     }
 }
 
@@ -155,7 +186,7 @@ fn major_minor(v: &str) -> (&str, &str) {
 /// The element type of a manifest dtype name.
 pub fn element_type(name: &str) -> Result<ElementType> {
     ElementType::from_mlir_name(name)
-        .ok_or_else(|| DeployError::Manifest(format!("unknown dtype {name:?}")))
+        .ok_or_else(|| ArtifactError::Manifest(format!("unknown dtype {name:?}")))
 }
 
 /// The content hash of an artifact: `manifest_text` (with its own hash
@@ -164,7 +195,7 @@ pub fn element_type(name: &str) -> Result<ElementType> {
 pub fn content_hash(manifest_text: &str, claimed: &str, files: &[(&str, &[u8])]) -> Result<String> {
     let quoted = format!("\"{claimed}\"");
     if manifest_text.matches(&quoted).count() != 1 {
-        return Err(DeployError::Manifest(
+        return Err(ArtifactError::Manifest(
             "content_hash value must occur exactly once in the text".into(),
         ));
     }
