@@ -19,10 +19,16 @@ from typing import Any
 from hlobridge._src.errors import ArgumentError, DtypeError
 from hlobridge._src.devices import DeviceProgram
 
-__all__ = ["call_jax_cuda"]
+__all__ = ["call_jax_cuda", "call_jax_routed"]
 
 _LOCK = threading.Lock()
 _LOWERED: dict[Any, tuple[DeviceProgram, Any]] = {}
+
+
+def call_jax_routed(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    leaves: list[Any], treedef: Any, t0: float) -> Any:
+    """``call_jax`` on CUDA tensors (the ``cuda`` row of :mod:`hlobridge._src.routing`)."""
+    return call_jax_cuda(fn, *args, **kwargs)
 
 
 def call_jax_cuda(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -39,30 +39,16 @@ from typing import Any
 
 from hlobridge import _native
 from hlobridge._src.errors import ArgumentError
+from hlobridge._src.routing import for_device, named
 
 __all__ = ["DeviceProgram", "cuda_client_options", "device_of", "run", "runtime"]
-
-_PLATFORMS = ("cpu", "cuda")
-
 
 def runtime(name: str = "cpu", **options: Any) -> Any:
     """The runtime called ``name``: ``"cpu"`` (:func:`hlobridge.runtime`) or
     ``"cuda"`` (created on first use; ``options`` as in
     :func:`cuda_client_options`). ``"tpu"`` is an :class:`ArgumentError`
-    that points to :mod:`hlobridge.tpu_adapter`."""
-    key = name.lower()
-    if key == "cpu":
-        if options:
-            raise ArgumentError(f"the cpu runtime takes no options, got {sorted(options)}")
-        return _native.runtime()
-    if key in ("cuda", "gpu"):
-        return _native.cuda_runtime(**options)
-    if key in ("tpu", "xla"):
-        raise ArgumentError("hlobridge does not open a TPU client (libtpu serves one client per "
-                            "process): run the program through torch_xla's runtime with "
-                            "hlobridge.tpu_adapter.TorchXlaProgram on xla tensors")
-    raise ArgumentError(f"unknown runtime {name!r}; expected one of {', '.join(_PLATFORMS)} "
-                        f"(or tpu through hlobridge.tpu_adapter)")
+    that points to :mod:`hlobridge.tpu_adapter` (:mod:`hlobridge._src.routing`)."""
+    return named(name).open_runtime(**options)
 
 
 def cuda_client_options(**options: Any) -> dict[str, Any]:
@@ -149,16 +135,17 @@ class DeviceProgram:
 
         t0 = time.perf_counter()
         dev = device_of(tensors)
-        if dev.type == "xla":
+        route = for_device(dev.type)
+        if route is None:
+            raise ArgumentError(f"inputs on {dev}: hlobridge runs programs on cpu and cuda tensors "
+                                f"(and xla tensors through torch_xla)")
+        if route.platform is None:  # torch_xla's runtime
             if self._xla is None:
                 from hlobridge._src.tpu_adapter import TorchXlaProgram
 
                 self._xla = TorchXlaProgram(self._program)
             return self._xla(*tensors)
-        if dev.type not in _PLATFORMS:
-            raise ArgumentError(f"inputs on {dev}: hlobridge runs programs on cpu and cuda tensors "
-                                f"(and xla tensors through torch_xla)")
-        platform = dev.type
+        platform = route.platform
         self._check_kernels(platform)
         cuda = platform == "cuda"
         ins = [_prepare(t, i, cuda) for i, t in enumerate(tensors)]
@@ -174,17 +161,13 @@ class DeviceProgram:
         if cuda:
             # Host wait for torch's pending work on the inputs (module docs).
             torch.cuda.current_stream(dev).synchronize()
-        from torch.utils.dlpack import from_dlpack, to_dlpack
+        from torch.utils.dlpack import from_dlpack
 
-        caps, views, copies, run_s = _native.execute_dlpack(exe, [to_dlpack(t) for t in ins])
-        outs = [from_dlpack(c) for c in caps]
-        st = _native.stats()
-        from hlobridge._src.receipt import record
+        from hlobridge._src.receipt import compile_accounting, run_and_record
 
-        record((platform, st["compiles"], st["cache_hits"], "hit" if hit else "miss", self.segments,
-                views, copies, tuple(o.data_ptr() for o in outs), 0.0,
-                0.0 if hit else exe.compile_time_s, run_s, time.perf_counter() - t0))
-        return outs
+        accounting = compile_accounting("hit", 0.0) if hit else compile_accounting("miss", exe.compile_time_s)
+        return run_and_record(exe, ins, platform=platform, segments=self.segments,
+                              accounting=accounting, t0=t0, wrap=from_dlpack)
 
 
 def run(program: Any, *tensors: Any) -> list[Any]:

@@ -74,7 +74,8 @@ from hlobridge._src.autograd import call_with_grad
 from hlobridge._src.dtypes import CODES, COMPLEX, DTYPES, FLOAT8, PLAIN
 from hlobridge._src.entry_cache import MISS, Entry, fast_call, table
 from hlobridge._src.lowering import lower, segment_of
-from hlobridge._src.receipt import cache_accounting, record
+from hlobridge._src.receipt import cache_accounting, run_and_record
+from hlobridge._src.routing import for_device
 from hlobridge._src.signature import unhashable_error
 
 __all__ = ["call_jax", "clear_cache", "stats", "reset_stats"]
@@ -147,12 +148,9 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
             if (dt not in PLAIN or not leaf.is_cpu or leaf.layout is not _STRIDED
                     or leaf.is_nested or not leaf.is_contiguous()
                     or (grad and leaf.requires_grad)):
-                if leaf.device.type == "xla":
-                    from hlobridge._src.lazy import call_jax_lazy
-                    return call_jax_lazy(fn, leaves, treedef, t0)
-                if leaf.device.type == "cuda":
-                    from hlobridge._src.cuda_call import call_jax_cuda
-                    return call_jax_cuda(fn, *args, **kwargs)
+                route = for_device(leaf.device.type)
+                if route is not None and route.call_jax is not None:
+                    return route.call_jax_handler()(fn, args, kwargs, leaves, treedef, t0)
                 leaf, copied, track = _check_tensor(leaf, grad)
                 py_copies += copied
                 needs_grad |= track
@@ -178,16 +176,14 @@ def _call_general(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
         table(owner)[key] = entry
         if not kwargs and not py_copies and len(ins) == len(leaves) == len(args):
             _register_fast(fn, x64, ins, entry)
-    outcome, lower_s, compile_s, hits, compiles = cache_accounting(built)
-    caps, out_ptrs, views, copies, run_s = _native.execute(
-        entry.exe, [t.data_ptr() for t in ins], entry.shapes, entry.codes, ins)
-    result = entry.out_tree.unflatten([_from_dlpack(c) for c in caps])
     if py_copies:
         with _counter_lock:
             _contiguous_copies += py_copies
-    record((entry.platform, compiles, hits, outcome, entry.segments, views - py_copies,
-            copies + py_copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
-    return result
+    outs = run_and_record(entry.exe, ins, shapes=entry.shapes, codes=entry.codes,
+                          platform=entry.platform, segments=entry.segments,
+                          accounting=cache_accounting(built), t0=t0, wrap=_from_dlpack,
+                          copied=py_copies)
+    return entry.out_tree.unflatten(outs)
 
 
 def _register_fast(fn: Callable[..., Any], x64: bool, ins: list[torch.Tensor],

@@ -50,10 +50,10 @@ from hlobridge._src.errors import ArgumentError, DtypeError
 from hlobridge._src.dtypes import CODES, DTYPES
 from hlobridge._src.entry_cache import Entry, table
 from hlobridge._src.lowering import lower, segment_of
-from hlobridge._src.receipt import Segment, cache_accounting, record
+from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 from hlobridge._src.signature import function_name, unhashable_error
 
-__all__ = ["call_jax_lazy"]
+__all__ = ["call_jax_lazy", "call_jax_routed"]
 
 _X = torch_xla._XLAC
 _perf = time.perf_counter
@@ -79,6 +79,12 @@ def _check(tensors: list[torch.Tensor]) -> None:
                 "call_jax: gradients through call_jax on torch_xla lazy tensors are not supported; "
                 "pass .detach()ed tensors, call under torch.no_grad(), or use eager CPU tensors "
                 "(where call_jax is differentiable)")
+
+
+def call_jax_routed(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    leaves: list[Any], treedef: Any, t0: float) -> Any:
+    """``call_jax`` on xla tensors (the ``xla`` row of :mod:`hlobridge._src.routing`)."""
+    return call_jax_lazy(fn, leaves, treedef, t0)
 
 
 def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: float) -> Any:
@@ -128,17 +134,15 @@ def call_jax_lazy(fn: Callable[..., Any], leaves: list[Any], treedef: Any, t0: f
     if entry is None:
         entry = built = _build(fn, treedef, leaves, inputs, len(data_ids), pending, wiring)
         table(owner)[key] = entry
-    outcome, capture_s, compile_s, hits, compiles = cache_accounting(built)
     views = [torch.from_dlpack(xla_dlpack.to_dlpack(v)) for v in inputs]
-    caps, out_ptrs, nviews, copies, run_s = _native.execute(
-        entry.exe, [v.data_ptr() for v in views], entry.shapes, entry.codes, views)
-    outs = [xla_dlpack.from_dlpack(c) for c in caps]
+    # The first num_pending outputs are the pending graph's (not results).
+    outs = run_and_record(entry.exe, views, shapes=entry.shapes, codes=entry.codes,
+                          platform=entry.platform, segments=entry.segments,
+                          accounting=cache_accounting(built), t0=t0, wrap=xla_dlpack.from_dlpack,
+                          skip_outputs=entry.num_pending)
     for t, value in zip(pending, outs[:entry.num_pending]):
         _X._replace_xla_tensor(t, value)
-    result = entry.out_tree.unflatten(outs[entry.num_pending:])
-    record((entry.platform, compiles, hits, outcome, entry.segments, nviews, copies,
-            tuple(out_ptrs[entry.num_pending:]), capture_s, compile_s, run_s, _perf() - t0))
-    return result
+    return entry.out_tree.unflatten(outs[entry.num_pending:])
 
 
 def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any], inputs: list[torch.Tensor],

@@ -29,7 +29,7 @@ from typing import Any
 from hlobridge import _native
 from hlobridge._src.errors import ArgumentError
 from hlobridge._src.pallas import KernelRecord, PallasLoweringError, PallasSegment, find_kernels
-from hlobridge._src.receipt import Segment, record
+from hlobridge._src.receipt import CacheOutcome, Segment, compile_accounting, run_and_record
 
 __all__ = ["KernelSegment", "StitchedProgram", "stitch_program"]
 
@@ -86,18 +86,16 @@ class StitchedProgram:
         if len(tensors) != len(self.input_types):
             raise ArgumentError(f"stitched program takes {len(self.input_types)} inputs, "
                                         f"got {len(tensors)}")
-        outcome, compile_s = "hit", 0.0
+        outcome: CacheOutcome = "hit"
+        compile_s = 0.0
         if self._exe is None:
             self._exe, hit = _native.compile(self.text)
             outcome, compile_s = ("content", 0.0) if hit else ("miss", self._exe.compile_time_s)
         ins = [t.contiguous() for t in tensors if isinstance(t, torch.Tensor)]
-        caps, ptrs, views, copies, run_s = _native.execute(
-            self._exe, [t.data_ptr() for t in ins], [tuple(t.shape) for t in ins],
-            [CODES[t.dtype] for t in ins], ins)
-        st = _native.stats()
-        record((platform, st["compiles"], st["cache_hits"], outcome, self.segments, views, copies,
-                 tuple(ptrs), 0.0, compile_s, run_s, time.perf_counter() - t0))
-        return [from_dlpack(c) for c in caps]
+        return run_and_record(self._exe, ins, shapes=[tuple(t.shape) for t in ins],
+                              codes=[CODES[t.dtype] for t in ins], platform=platform,
+                              segments=self.segments, accounting=compile_accounting(outcome, compile_s),
+                              t0=t0, wrap=from_dlpack)
 
 
 def _fingerprint(text: str) -> str:

@@ -39,7 +39,7 @@ from hlobridge._src.dynamo.partition import JaxPiece, Partition, TorchPiece, par
 from hlobridge._src.dynamo.random_inputs import RandomInput, lift_random_inputs
 from hlobridge._src.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _PLAIN, X64 as _X64
 from hlobridge._src.entry_cache import MISS as _MISS, fast_call as _fast_call
-from hlobridge._src.receipt import Segment, cache_accounting, record as _record
+from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
 __all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
 
@@ -151,7 +151,7 @@ class CompiledGraph:
             self.programs[key] = prog
             self._register_fast(prog)
         self._last = prog
-        outcome, lower_s, compile_s, hits, compiles = cache_accounting(built)
+        accounting = cache_accounting(built)
         ins: list[torch.Tensor] = []
         copies = 0
         for i in prog.inputs:
@@ -161,9 +161,9 @@ class CompiledGraph:
                 copies += 1
             ins.append(t.detach())
         ins.extend(prog.constants)
-        caps, out_ptrs, views, ncopies, run_s = _native.execute(
-            prog.exe, [t.data_ptr() for t in ins], prog.shapes, prog.codes, ins)
-        results = [from_dlpack(c) for c in caps]
+        results = run_and_record(prog.exe, ins, shapes=prog.shapes, codes=prog.codes,
+                                 platform=self.platform, segments=prog.segments,
+                                 accounting=accounting, t0=t0, wrap=from_dlpack, copied=copies)
         prog.calls += 1
         outs: list[torch.Tensor | None] = []
         for o in prog.outputs:
@@ -173,8 +173,6 @@ class CompiledGraph:
                 outs.append(results[o[1]])
             else:
                 outs.append(args[o[1]])
-        _record((self.platform, compiles, hits, outcome, prog.segments, views - copies,
-                 ncopies + copies, tuple(out_ptrs), lower_s, compile_s, run_s, _perf() - t0))
         return outs
 
     def try_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
