@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 /// Directories that may hold the accelerator packages, in search order.
 pub fn accel_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("HLOBRIDGE_ACCEL_DIR").filter(|v| !v.is_empty()) {
-        dirs.push(PathBuf::from(d));
+    if let Some(d) = hlobridge_config::path(hlobridge_config::Var::AccelDir) {
+        dirs.push(d);
     }
     if let Some(v) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
         dirs.push(Path::new(&v).join("accel"));
@@ -50,8 +50,14 @@ pub fn searched(env_var: &str, rel: &str) -> String {
 }
 
 fn find(env_var: &str, rel: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(env_var).filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(p);
+    // `HLOBRIDGE_*` through the config table; `TPU_LIBRARY_PATH` is libtpu's.
+    let set = match hlobridge_config::Var::from_name(env_var) {
+        Some(var) => hlobridge_config::path(var),
+        None => std::env::var_os(env_var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+    };
+    if let Some(p) = set {
         return p.exists().then_some(p);
     }
     accel_dirs()

@@ -108,7 +108,7 @@ impl CudaOptions {
     /// [`CudaOptions::shared_with_torch`] overridden by the
     /// `HLOBRIDGE_CUDA_*` environment variables (module docs).
     pub fn from_env() -> Result<Self> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::from_lookup(|k| hlobridge_config::Var::from_name(k).and_then(hlobridge_config::get))
     }
 
     /// As [`CudaOptions::from_env`], reading variables through `get`.

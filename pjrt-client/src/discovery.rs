@@ -34,7 +34,7 @@ pub fn find_plugin(opts: &DiscoveryOptions) -> Result<FoundPlugin> {
     if let Some(p) = &opts.explicit {
         return found_file("explicit", "explicit", p);
     }
-    if let Some(p) = std::env::var_os("HLOBRIDGE_PLUGIN").filter(|v| !v.is_empty()) {
+    if let Some(p) = hlobridge_config::get_os(hlobridge_config::Var::Plugin) {
         return found_file("HLOBRIDGE_PLUGIN", "env", Path::new(&p));
     }
     let all = list_plugins();
@@ -113,7 +113,7 @@ pub fn parse_names_and_paths(v: &str) -> Vec<(String, PathBuf)> {
 /// Candidate site-packages directories.
 pub fn site_packages_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if let Some(py) = std::env::var_os("HLOBRIDGE_PYTHON") {
+    if let Some(py) = hlobridge_config::get_os(hlobridge_config::Var::Python) {
         dirs.extend(python_site_dirs(Path::new(&py)));
     }
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {

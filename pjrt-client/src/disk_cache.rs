@@ -106,24 +106,19 @@ impl Config {
     /// The settings from `HLOBRIDGE_CACHE`, `HLOBRIDGE_CACHE_DIR` and
     /// `HLOBRIDGE_CACHE_MAX_BYTES`.
     pub fn from_env() -> Config {
-        let enabled = !std::env::var("HLOBRIDGE_CACHE").is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "false" | "off" | "no"
-            )
-        });
-        let (dir, private_root) =
-            match std::env::var_os("HLOBRIDGE_CACHE_DIR").filter(|v| !v.is_empty()) {
-                Some(d) => (PathBuf::from(d), None),
-                None => default_dir(),
-            };
+        use hlobridge_config::Var;
+        let enabled = !hlobridge_config::is_off(Var::Cache);
+        let (dir, private_root) = match hlobridge_config::path(Var::CacheDir) {
+            Some(d) => (d, None),
+            None => default_dir(),
+        };
         let enabled = enabled && !DISABLED.load(Ordering::Relaxed);
-        let max_bytes = match std::env::var("HLOBRIDGE_CACHE_MAX_BYTES") {
-            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-                tracing::warn!(value = %v, "HLOBRIDGE_CACHE_MAX_BYTES is not a byte count; using 2 GiB");
+        let max_bytes = match hlobridge_config::parse(Var::CacheMaxBytes) {
+            Ok(v) => v.unwrap_or(DEFAULT_MAX_BYTES),
+            Err(e) => {
+                tracing::warn!(value = %e.value, "HLOBRIDGE_CACHE_MAX_BYTES is not a byte count; using 2 GiB");
                 DEFAULT_MAX_BYTES
-            }),
-            Err(_) => DEFAULT_MAX_BYTES,
+            }
         };
         Config {
             enabled,

@@ -22,12 +22,12 @@ pub const DEFAULT_SPIN_US: u64 = 250;
 pub fn spin_budget() -> Duration {
     static BUDGET: OnceLock<Duration> = OnceLock::new();
     *BUDGET.get_or_init(|| {
-        let us = match std::env::var("HLOBRIDGE_SPIN_US") {
-            Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
-                tracing::warn!(value = %v, "HLOBRIDGE_SPIN_US is not a number of microseconds; using the default");
+        let us = match hlobridge_config::parse::<u64>(hlobridge_config::Var::SpinUs) {
+            Ok(v) => v.unwrap_or(DEFAULT_SPIN_US),
+            Err(e) => {
+                tracing::warn!(value = %e.value, "HLOBRIDGE_SPIN_US is not a number of microseconds; using the default");
                 DEFAULT_SPIN_US
-            }),
-            Err(_) => DEFAULT_SPIN_US,
+            }
         };
         Duration::from_micros(us)
     })

@@ -252,7 +252,7 @@ pub fn mac_eq(a: &[u8], b: &[u8]) -> bool {
 /// or to share a cache across machines known to be identical), else the
 /// CPU vendor and model and a hash of its ISA feature flags.
 pub fn host_id() -> String {
-    if let Some(v) = std::env::var_os("HLOBRIDGE_CACHE_HOST_ID").filter(|v| !v.is_empty()) {
+    if let Some(v) = hlobridge_config::get_os(hlobridge_config::Var::CacheHostId) {
         return format!("override:{}", v.to_string_lossy());
     }
     static DETECTED: OnceLock<String> = OnceLock::new();

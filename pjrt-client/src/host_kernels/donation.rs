@@ -213,10 +213,7 @@ fn unclaimed_work() -> bool {
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HLOBRIDGE_GEMM_DONATE").as_deref(),
-            Ok("0") | Ok("off") | Ok("false")
-        )
+        !hlobridge_config::is_off(hlobridge_config::Var::GemmDonate)
     })
 }
 

@@ -50,10 +50,7 @@ impl HostKernels {
 
 /// Whether `HLOBRIDGE_HOST_KERNELS` allows host kernels (default: yes).
 pub fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("HLOBRIDGE_HOST_KERNELS").as_deref(),
-        Ok("0") | Ok("false") | Ok("off") | Ok("no")
-    )
+    !hlobridge_config::is_off(hlobridge_config::Var::HostKernels)
 }
 
 /// Registers the host kernels with `api`'s XLA runtime once per plugin and

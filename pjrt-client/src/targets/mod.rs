@@ -77,9 +77,7 @@ fn targets_table() -> Result<(toml::Table, Option<PathBuf>)> {
     let mut all: toml::Table = SHIPPED_TARGETS
         .parse()
         .map_err(|e| Error::UnknownTarget(format!("shipped targets.toml: {e}")))?;
-    let user = std::env::var_os("HLOBRIDGE_TARGETS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
+    let user = hlobridge_config::path(hlobridge_config::Var::Targets);
     if let Some(p) = &user {
         let text = std::fs::read_to_string(p)
             .map_err(|e| Error::UnknownTarget(format!("HLOBRIDGE_TARGETS={}: {e}", p.display())))?;
