@@ -58,7 +58,7 @@ def check(a, b):
 
 
 def run_script(tmp_path: Path, body: str, env_extra: dict[str, str] | None = None,
-               name: str = "script.py", head: str = "") -> str:
+               name: str = "script.py", head: str = "", timeout: int = TIMEOUT) -> str:
     """Runs PRELUDE + head + body in a fresh interpreter (``-W error``) with a
     timeout; returns stdout and fails with stderr on a non-zero exit."""
     script = tmp_path / name
@@ -69,9 +69,9 @@ def run_script(tmp_path: Path, body: str, env_extra: dict[str, str] | None = Non
                **(env_extra or {}))
     try:
         out = subprocess.run([sys.executable, "-W", "error", str(script)], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, timeout=TIMEOUT)
+                             capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"timed out after {TIMEOUT}s (hang): stdout={e.stdout!r} stderr={e.stderr!r}")
+        pytest.fail(f"timed out after {timeout}s (hang): stdout={e.stdout!r} stderr={e.stderr!r}")
     assert out.returncode == 0, f"exit {out.returncode}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}"
     return out.stdout
 
@@ -121,6 +121,40 @@ def test_fork_dataloader_workers_default_raise_fork_error(tmp_path):
     print("OK", len(results))
     """)
     assert "OK 6" in out
+
+
+def test_fork_dataloader_worker_error_reaches_the_parent_as_fork_error(tmp_path):
+    """The workers do not catch: each raises ForkError, torch pickles it
+    (class and message) to the parent, which re-raises it as ForkError and
+    the DataLoader ends at once. Before the errors were picklable the
+    exception was lost and the DataLoader waited for its own timeout; here
+    the whole script has 60 s (interpreter start and the parent's compile
+    included)."""
+    out = run_script(tmp_path, timeout=60, body="""
+    from torch.utils.data import DataLoader, Dataset
+
+    class Calls(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return hb.call_jax(f, torch.randn(64, 64))   # not caught: ForkError
+
+    x = torch.randn(64, 64)
+    check(hb.call_jax(f, x), ref(x))                     # the parent's client first
+    dl = DataLoader(Calls(), num_workers=2, batch_size=None, multiprocessing_context="fork")
+    try:
+        list(dl)
+    except hb.BridgeError as e:
+        assert type(e) is hb.ForkError, type(e)
+        assert "'spawn'" in str(e) and "forked" in str(e), str(e)
+    else:
+        raise AssertionError("the workers' ForkError did not reach the parent")
+    x2 = torch.randn(64, 64)
+    check(hb.call_jax(f, x2), ref(x2))                   # the parent keeps working
+    print("OK raised")
+    """)
+    assert "OK raised" in out
 
 
 def test_fork_dataloader_workers_reinit(tmp_path):
