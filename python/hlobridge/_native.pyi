@@ -4,81 +4,37 @@ from collections.abc import Sequence
 from typing_extensions import CapsuleType
 from typing import Any, Final
 
+# The exception classes the native module raises and exposes are those of
+# hlobridge.errors (python/src/errors.rs looks them up by name).
+from hlobridge.errors import (
+    AcceleratorNotInstalledError as AcceleratorNotInstalledError,
+    ArgumentError as ArgumentError,
+    BridgeError as BridgeError,
+    BufferDeletedError as BufferDeletedError,
+    CollectiveRewriteError as CollectiveRewriteError,
+    CompileError as CompileError,
+    DtypeError as DtypeError,
+    FileError as FileError,
+    ForkError as ForkError,
+    InvalidIrError as InvalidIrError,
+    OutOfMemoryError as OutOfMemoryError,
+    OutputError as OutputError,
+    ParseError as ParseError,
+    PjrtError as PjrtError,
+    PluginError as PluginError,
+    PluginLoadError as PluginLoadError,
+    PluginNotFoundError as PluginNotFoundError,
+    StitchError as StitchError,
+    TargetError as TargetError,
+    UnknownTargetError as UnknownTargetError,
+)
+
 __version__: str
 
 ELEMENT_TYPES: Final[dict[str, int]]
 """Every element type's MLIR spelling (``f32``, ``bf16``, ``i1``, ...) → raw PJRT code."""
 VIEW_ALIGNMENT: Final[int]
 """Byte alignment an input needs to be used in place (zero-copy view)."""
-
-class BridgeError(Exception):
-    """Base class of every hlobridge error."""
-
-class ParseError(BridgeError):
-    """Malformed StableHLO/MLIR text; the message names file:line:col."""
-
-class InvalidIrError(BridgeError):
-    """Structurally invalid IR for the requested operation."""
-
-class StitchError(BridgeError):
-    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
-
-class CollectiveRewriteError(StitchError):
-    """A collective in a segment cannot be rewritten for the devices the program runs on
-    (``hlobridge.spmd``)."""
-
-class FileError(BridgeError, OSError):
-    """Reading or writing a file failed (also an OSError)."""
-
-class PluginError(BridgeError):
-    """Finding or loading a PJRT plugin failed."""
-
-class PluginNotFoundError(PluginError):
-    """No PJRT plugin was found (set HLOBRIDGE_PLUGIN=/path/to/plugin.so)."""
-
-class PluginLoadError(PluginError):
-    """A PJRT plugin exists but cannot be loaded or has an incompatible API."""
-
-class PjrtError(BridgeError):
-    """A PJRT C API call failed; ``function`` and ``code`` name the call and its status."""
-
-    function: str
-    code: str
-
-class CompileError(PjrtError):
-    """Compiling a program with PJRT failed."""
-
-class ArgumentError(BridgeError):
-    """Invalid arguments: count, shape, device, size or memory layout."""
-
-class DtypeError(ArgumentError):
-    """An unsupported or mismatched element type."""
-
-class OutputError(BridgeError):
-    """A function's result cannot be handed back to torch: it holds a leaf that
-    is not an array (a string, an arbitrary object)."""
-
-class BufferDeletedError(BridgeError):
-    """A buffer was used after it was deleted or donated."""
-
-class ForkError(BridgeError):
-    """The process was forked after hlobridge created its PJRT client, and the
-    inherited client (or a program compiled on it) cannot be used here; start
-    workers with the ``spawn`` or ``forkserver`` method
-    (``HLOBRIDGE_AFTER_FORK=error|reinit``)."""
-
-class TargetError(BridgeError):
-    """Compiling for a target failed before or around the compiler."""
-
-class UnknownTargetError(TargetError):
-    """The target string names no known target; the message lists them."""
-
-class AcceleratorNotInstalledError(TargetError):
-    """The target's compiler (libtpu, the CUDA PJRT plugin, ptxas) is missing."""
-
-class OutOfMemoryError(TargetError):
-    """The program does not fit the target device's memory (HBM, VMEM, shared
-    memory); the message carries the compiler's numbers."""
 
 def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
@@ -311,3 +267,11 @@ def execute_dlpack(
     against the executable's client: device type and id, dtype, density).
     Returns ``(outputs, views, copies, seconds)``; outputs are capsules of
     buffers that are ready."""
+
+# --- configuration (python/src/config.rs) --------------------------------------
+
+def config_variables() -> list[tuple[str, str, str, str]]:
+    """Every ``HLOBRIDGE_*`` variable: ``(name, default, meaning, read_by)``."""
+
+def check_environment() -> list[str]:
+    """One warning per unknown ``HLOBRIDGE_*`` variable set, naming the nearest known one."""
