@@ -1,6 +1,8 @@
 //! The one place where Rust errors become Python exceptions: every
-//! exception is a class of `hlobridge.errors` (defined in Python, so that it
-//! pickles) and derives from `hlobridge.BridgeError`.
+//! exception is a class of `hlobridge.errors` (defined in Python, in
+//! `python/hlobridge/_src/errors.py`, so that it pickles by its import path)
+//! and derives from `hlobridge.BridgeError`. The classes the Rust half raises
+//! (the Python-side ones, such as `CompileBackendError`, are listed there):
 //!
 //! ```text
 //! BridgeError
