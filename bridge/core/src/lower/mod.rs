@@ -32,17 +32,18 @@ impl HostLowering {
     /// `HLOBRIDGE_HOST_GEMM=all` rewrites every eligible product whatever
     /// its size (for testing the kernels on whole suites).
     pub fn from_env() -> Self {
-        let gemm = match std::env::var("HLOBRIDGE_HOST_GEMM").as_deref() {
-            Ok("0") | Ok("off") | Ok("false") | Ok("no") => None,
-            Ok("all") => Some(HostGemmPolicy::all()),
-            _ => Some(HostGemmPolicy::default()),
+        use hlobridge_config::{level, Level, Var};
+        let gemm = match level(Var::HostGemm) {
+            Level::Off => None,
+            Level::All => Some(HostGemmPolicy::all()),
+            Level::On => Some(HostGemmPolicy::default()),
         };
         // `HLOBRIDGE_HOST_CONV`: `off` keeps every convolution with XLA,
         // `all` rewrites every eligible one whatever its size.
-        let conv = match std::env::var("HLOBRIDGE_HOST_CONV").as_deref() {
-            Ok("0") | Ok("off") | Ok("false") | Ok("no") => None,
-            Ok("all") => Some(HostConvPolicy::all()),
-            _ => Some(HostConvPolicy::default()),
+        let conv = match level(Var::HostConv) {
+            Level::Off => None,
+            Level::All => Some(HostConvPolicy::all()),
+            Level::On => Some(HostConvPolicy::default()),
         };
         HostLowering { gemm, conv }
     }
