@@ -12,6 +12,7 @@
 //! Rust logs reach Python's `logging` through [`logging`].
 
 mod accel;
+mod config;
 mod device_runtime;
 mod dlpack;
 mod dtype;
@@ -92,6 +93,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(accel::known_targets, m)?)?;
     m.add_function(wrap_pyfunction!(accel::accelerators, m)?)?;
     device_runtime::register(m)?;
+    config::register(m)?;
     m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;
     m.add("VIEW_ALIGNMENT", execute::VIEW_ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

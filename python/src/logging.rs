@@ -27,8 +27,9 @@ static GET_LOGGER: GILOnceCell<PyObject> = GILOnceCell::new();
 /// Installs the forwarding subscriber as the process's global default (a
 /// no-op if another subscriber is already installed).
 pub fn install() {
-    let filter =
-        EnvFilter::try_from_env("HLOBRIDGE_LOG").unwrap_or_else(|_| EnvFilter::new("debug"));
+    let filter = hlobridge_config::get(hlobridge_config::Var::Log)
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new("debug"));
     let subscriber = tracing_subscriber::registry()
         .with(filter)
         .with(PythonLogging);

@@ -82,10 +82,10 @@ enum AfterFork {
 }
 
 fn after_fork_mode() -> PyResult<AfterFork> {
-    match std::env::var("HLOBRIDGE_AFTER_FORK").as_deref() {
-        Err(_) | Ok("") | Ok("error") => Ok(AfterFork::Error),
-        Ok("reinit") => Ok(AfterFork::Reinit),
-        Ok(other) => Err(ArgumentError::new_err(format!(
+    match hlobridge_config::get(hlobridge_config::Var::AfterFork).as_deref() {
+        None | Some("error") => Ok(AfterFork::Error),
+        Some("reinit") => Ok(AfterFork::Reinit),
+        Some(other) => Err(ArgumentError::new_err(format!(
             "HLOBRIDGE_AFTER_FORK must be \"error\" or \"reinit\", got {other:?}"
         ))),
     }
@@ -347,7 +347,7 @@ fn discover(site_dirs: &[PathBuf]) -> pjrt_client::Result<FoundPlugin> {
         explicit: None,
         prefer: Some("cpu".into()),
     };
-    if std::env::var_os("HLOBRIDGE_PLUGIN").is_some_and(|v| !v.is_empty()) {
+    if hlobridge_config::get_os(hlobridge_config::Var::Plugin).is_some() {
         return find_plugin(&prefer_cpu);
     }
     let mut found: Vec<FoundPlugin> = site_dirs
