@@ -13,8 +13,7 @@
 //! little-endian bytes, row-major (contiguous copies of the inputs).
 
 use hlobridge_serve::pb::predictor_client::PredictorClient;
-use hlobridge_serve::pb::{PredictRequest, Tensor as Wire};
-use std::collections::HashMap;
+use hlobridge_serve::pb::{NamedTensor, PredictRequest, Tensor as Wire};
 use std::error::Error;
 use tch::{Kind, Tensor};
 
@@ -64,10 +63,13 @@ async fn main() -> Res<()> {
     let usage = "usage: serve_client_tch ADDR OUT_DIR NAME=IN.npy ...";
     let addr = args.next().ok_or(usage)?;
     let out_dir = std::path::PathBuf::from(args.next().ok_or(usage)?);
-    let mut inputs = HashMap::new();
+    let mut inputs = Vec::new();
     for a in args {
         let (name, file) = a.split_once('=').ok_or(usage)?;
-        inputs.insert(name.to_string(), to_wire(&Tensor::read_npy(file)?)?);
+        inputs.push(NamedTensor {
+            name: name.to_string(),
+            tensor: Some(to_wire(&Tensor::read_npy(file)?)?),
+        });
     }
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))?
         .connect()
@@ -78,10 +80,9 @@ async fn main() -> Res<()> {
         .await?
         .into_inner();
     std::fs::create_dir_all(&out_dir)?;
-    let mut names: Vec<&String> = reply.outputs.keys().collect();
-    names.sort();
-    for name in names {
-        let t = from_wire(&reply.outputs[name])?;
+    for o in &reply.outputs {
+        let name = &o.name;
+        let t = from_wire(o.tensor.as_ref().ok_or("an output without a tensor")?)?;
         t.write_npy(out_dir.join(format!("{name}.npy")))?;
         println!("{name} {:?}", t.size());
     }

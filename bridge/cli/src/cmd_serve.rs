@@ -33,9 +33,57 @@ pub struct ServeArgs {
     /// Per-request deadline in milliseconds (a shorter client deadline wins).
     #[arg(long, default_value_t = 30_000)]
     deadline_ms: u64,
+    /// Time from a stream opening to its request having fully arrived, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    request_timeout_ms: u64,
+    /// Request bytes all streams together may hold (RESOURCE_EXHAUSTED
+    /// beyond); at least --max-message-bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    max_inflight_bytes: usize,
+    /// HTTP/2 streams one connection may have open.
+    #[arg(long, default_value_t = 64)]
+    max_concurrent_streams: u32,
+    /// Connections open at once (one more is closed at once).
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// HTTP/2 keepalive PING interval, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    keepalive_interval_ms: u64,
+    /// Close a connection whose keepalive PING is not answered within this,
+    /// in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    keepalive_timeout_ms: u64,
+    /// Close a connection with no stream open for this long, in milliseconds.
+    #[arg(long, default_value_t = 300_000)]
+    idle_timeout_ms: u64,
+    /// After SIGTERM, how long requests in flight may take to finish before
+    /// the server exits anyway, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    drain_timeout_ms: u64,
+    /// Log level or filter (`info` logs one line per request; default:
+    /// HLOBRIDGE_LOG, else `warn`).
+    #[arg(long)]
+    log_level: Option<String>,
     /// PJRT plugin (default: discovery).
     #[arg(long)]
     plugin: Option<PathBuf>,
+}
+
+/// Installs the log subscriber `--log-level` asks for (before the CLI's
+/// default one, which then stays out).
+pub fn init_logging(a: &ServeArgs) {
+    if let Some(level) = &a.log_level {
+        match tracing_subscriber::EnvFilter::try_new(level) {
+            Ok(filter) => {
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(filter)
+                    .with_writer(std::io::stderr)
+                    .try_init();
+            }
+            Err(e) => eprintln!("hlobridge serve: --log-level {level:?} ignored: {e}"),
+        }
+    }
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -48,6 +96,14 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         max_queue: a.max_queue,
         max_message_bytes: a.max_message_bytes,
         deadline: Duration::from_millis(a.deadline_ms),
+        request_timeout: Duration::from_millis(a.request_timeout_ms),
+        max_inflight_bytes: a.max_inflight_bytes,
+        max_concurrent_streams: a.max_concurrent_streams,
+        max_connections: a.max_connections,
+        keepalive_interval: Duration::from_millis(a.keepalive_interval_ms),
+        keepalive_timeout: Duration::from_millis(a.keepalive_timeout_ms),
+        idle_timeout: Duration::from_millis(a.idle_timeout_ms),
+        drain_timeout: Duration::from_millis(a.drain_timeout_ms),
         plugin: a.plugin,
     };
     hlobridge_serve::run(&a.artifact, &cfg).map_err(|e| format!("hlobridge serve: {e}"))

@@ -5,20 +5,25 @@
 //!   `/Metadata` (the manifest), from `proto/proto/serve.proto`;
 //! - the standard gRPC health service (`grpc.health.v1.Health`);
 //! - a bounded queue in front of one execution thread (`RESOURCE_EXHAUSTED`
-//!   when full), a maximum request size, a per-request deadline (the
-//!   server's, or the client's `grpc-timeout` if shorter);
-//! - optional dynamic batching along the manifest's batch dim
-//!   ([`worker`]);
+//!   when full) that survives a failing or panicking execution
+//!   ([`worker`]); optional dynamic batching along the manifest's batch
+//!   dim, only for artifacts whose rows the exporter found independent;
+//! - resource bounds on every request and connection ([`gate`],
+//!   [`server`]): deadline (`DEADLINE_EXCEEDED`, always), time to receive
+//!   the request, request size, a total in-flight bytes budget, HTTP/2
+//!   keepalive, streams per connection, connections, idle connections;
 //! - loopback by default; any other address needs a bearer token read from
 //!   a file and compared in constant time ([`auth`]);
-//! - graceful shutdown on SIGTERM/SIGINT: stop accepting, finish the
-//!   requests in flight, then exit.
+//! - draining on SIGTERM/SIGINT: the listener closes at once, health says
+//!   NOT_SERVING, requests in flight finish, a hard drain deadline;
+//! - one structured log line per request through `tracing`.
 //!
 //! Error messages name only the artifact's own inputs, never request data.
 
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod gate;
 pub mod server;
 pub mod service;
 pub mod worker;

@@ -1,19 +1,23 @@
 //! The `Predictor` service: converts a `PredictRequest` into checked host
-//! tensors, queues it, waits (bounded by the deadline) and converts the
-//! outputs back. Status codes: `INVALID_ARGUMENT` for inputs that do not fit
-//! the manifest, `RESOURCE_EXHAUSTED` when the queue is full,
-//! `DEADLINE_EXCEEDED`, `UNAVAILABLE` while shutting down, `INTERNAL` when
-//! execution fails (details only in the server log).
+//! tensors, queues it, waits and converts the outputs back. Status codes:
+//! `INVALID_ARGUMENT` for inputs that do not fit the manifest (an input
+//! named twice included), `RESOURCE_EXHAUSTED` when the queue is full,
+//! `UNAVAILABLE` while shutting down or when the worker has stopped,
+//! `INTERNAL` when execution fails (details only in the server log).
+//! Deadlines, request sizes and draining are enforced around the service
+//! ([`crate::gate`]).
 
+use crate::gate::RequestLog;
 use crate::pb::predictor_server::Predictor;
 use crate::pb::{
-    MetadataRequest, MetadataResponse, PredictRequest, PredictResponse, Tensor as PbTensor,
+    MetadataRequest, MetadataResponse, NamedTensor, PredictRequest, PredictResponse,
+    Tensor as PbTensor,
 };
 use crate::worker::{Job, Queue, SubmitError};
 use hlobridge_deploy::{DeployError, Model, Tensor};
 use pjrt_client::ElementType;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
@@ -21,60 +25,35 @@ use tonic::{Request, Response, Status};
 pub struct PredictorService {
     model: Arc<Model>,
     queue: Queue,
-    deadline: Duration,
 }
 
 impl PredictorService {
     /// A service over `model` feeding `queue`.
-    pub fn new(model: Arc<Model>, queue: Queue, deadline: Duration) -> Self {
-        PredictorService {
-            model,
-            queue,
-            deadline,
-        }
+    pub fn new(model: Arc<Model>, queue: Queue) -> Self {
+        PredictorService { model, queue }
     }
-}
 
-/// Parses a `grpc-timeout` header (`<digits><H|M|S|m|u|n>`).
-pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
-    if v.len() < 2 || v.len() > 9 {
-        return None;
-    }
-    let (n, unit) = v.split_at(v.len() - 1);
-    let n: u64 = n.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.checked_mul(3600)?),
-        "M" => Duration::from_secs(n.checked_mul(60)?),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-#[tonic::async_trait]
-impl Predictor for PredictorService {
-    async fn predict(
-        &self,
-        req: Request<PredictRequest>,
-    ) -> Result<Response<PredictResponse>, Status> {
-        let deadline = req
-            .metadata()
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout)
-            .map_or(self.deadline, |t| t.min(self.deadline));
+    /// The request's inputs in program order, each checked against the
+    /// manifest; each name at most once.
+    #[allow(clippy::result_large_err)]
+    fn inputs(&self, req: PredictRequest) -> Result<(Vec<Tensor>, Option<i64>), Status> {
         let names: Vec<String> = self.model.input_names().map(str::to_string).collect();
         let mut inputs: Vec<Option<Tensor>> = vec![None; names.len()];
-        for (name, t) in req.into_inner().inputs {
+        for NamedTensor { name, tensor } in req.inputs {
             let Some(i) = names.iter().position(|n| *n == name) else {
                 return Err(Status::invalid_argument(format!(
                     "the request has an input the model does not take; it takes {}",
                     names.join(", ")
                 )));
             };
-            let expected = &self
+            if inputs[i].is_some() {
+                return Err(Status::invalid_argument(format!(
+                    "input {} given twice",
+                    names[i]
+                )));
+            }
+            let t = tensor.unwrap_or_default();
+            let expected = self
                 .model
                 .manifest()
                 .params
@@ -96,47 +75,59 @@ impl Predictor for PredictorService {
                 .zip(&inputs)
                 .filter_map(|(n, t)| t.as_ref().map(|t| (n.as_str(), t.as_ref())))
                 .collect();
-            self.model.prepare(&named).map_err(bad_input)?.batch
+            self.model.prepare(&named).map_err(status_of)?.batch
         };
-        let inputs: Vec<Tensor> = inputs.into_iter().flatten().collect();
+        Ok((inputs.into_iter().flatten().collect(), batch))
+    }
+}
+
+#[tonic::async_trait]
+impl Predictor for PredictorService {
+    async fn predict(
+        &self,
+        req: Request<PredictRequest>,
+    ) -> Result<Response<PredictResponse>, Status> {
+        let log = req.extensions().get::<Arc<RequestLog>>().cloned();
+        let (inputs, batch) = self.inputs(req.into_inner())?;
+        if let Some(l) = &log {
+            l.set_batch(batch.unwrap_or(1));
+        }
         let (tx, rx) = oneshot::channel();
         self.queue
             .submit(Job {
                 inputs,
                 batch,
+                submitted: Instant::now(),
                 reply: tx,
             })
             .map_err(|e| match e {
                 SubmitError::Full => {
                     Status::resource_exhausted("the request queue is full; retry later")
                 }
-                SubmitError::Closed => Status::unavailable("the server is shutting down"),
+                SubmitError::Closed => Status::unavailable("the model is not serving"),
             })?;
-        let outs = match tokio::time::timeout(deadline, rx).await {
-            Err(_) => {
-                return Err(Status::deadline_exceeded(
-                    "the request did not run before its deadline",
-                ))
-            }
-            Ok(Err(_)) => return Err(Status::unavailable("the server is shutting down")),
-            Ok(Ok(Err(e))) => return Err(bad_input(e)),
-            Ok(Ok(Ok(outs))) => outs,
-        };
+        // The gate bounds this wait by the deadline (dropping this future
+        // drops `rx`, and the worker skips the job).
+        let reply = rx
+            .await
+            .map_err(|_| Status::unavailable("the model is not serving"))?;
+        if let Some(l) = &log {
+            l.set_times(reply.queue_time, reply.run_time, reply.batched_with);
+        }
+        let outs = reply.outputs.map_err(status_of)?;
         let outputs = self
             .model
             .manifest()
             .outputs
             .iter()
             .zip(outs)
-            .map(|(o, t)| {
-                (
-                    o.name.clone(),
-                    PbTensor {
-                        dtype: t.dtype.mlir_name().to_string(),
-                        shape: t.shape,
-                        data: t.data,
-                    },
-                )
+            .map(|(o, t)| NamedTensor {
+                name: o.name.clone(),
+                tensor: Some(PbTensor {
+                    dtype: t.dtype.mlir_name().to_string(),
+                    shape: t.shape,
+                    data: t.data,
+                }),
             })
             .collect();
         Ok(Response::new(PredictResponse { outputs }))
@@ -153,28 +144,15 @@ impl Predictor for PredictorService {
     }
 }
 
-fn bad_input(e: DeployError) -> Status {
+/// The status of a failed request: the caller's fault is
+/// `INVALID_ARGUMENT` (its message names only the model's own inputs);
+/// anything else is `INTERNAL`, with the details only in the server log.
+fn status_of(e: DeployError) -> Status {
     match e {
         DeployError::BadInput(m) => Status::invalid_argument(m),
         other => {
-            tracing::error!(error = %other, "request failed");
+            tracing::debug!(error = %other, "request failed");
             Status::internal("execution failed (see the server log)")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_grpc_timeout;
-    use std::time::Duration;
-
-    #[test]
-    fn grpc_timeouts() {
-        assert_eq!(parse_grpc_timeout("100m"), Some(Duration::from_millis(100)));
-        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_grpc_timeout("x"), None);
-        assert_eq!(parse_grpc_timeout("10x"), None);
-        assert_eq!(parse_grpc_timeout("1234567890S"), None);
     }
 }

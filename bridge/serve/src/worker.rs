@@ -5,15 +5,31 @@
 //! compiled batch, runs them as ONE execution (padded to a bucket) and
 //! splits the results back. Requests whose caller has gone (disconnected,
 //! deadline passed) are dropped before they run.
+//!
+//! A failed or panicking execution fails only that batch's requests (an
+//! execution error: `INTERNAL`); the thread lives on. If the thread ever
+//! ends while the server runs, [`Liveness`] says so (health answers
+//! NOT_SERVING) and submissions are refused as closed.
 
 use hlobridge_deploy::{DeployError, Model, Prepared, Tensor};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
-/// The reply to one request: its outputs, in manifest order.
-pub type Reply = Result<Vec<Tensor>, DeployError>;
+/// The reply to one request.
+#[derive(Debug)]
+pub struct Reply {
+    /// Its outputs, in manifest order, or why it failed.
+    pub outputs: Result<Vec<Tensor>, DeployError>,
+    /// From submission to the start of its execution.
+    pub queue_time: Duration,
+    /// Its execution (shared with the requests batched with it).
+    pub run_time: Duration,
+    /// Requests in the execution (1 without batching).
+    pub batched_with: usize,
+}
 
 /// One validated request: owned inputs in program order.
 pub struct Job {
@@ -21,6 +37,8 @@ pub struct Job {
     pub inputs: Vec<Tensor>,
     /// Batch size along the manifest's batch dim.
     pub batch: Option<i64>,
+    /// When it was submitted.
+    pub submitted: Instant,
     /// Where the result goes.
     pub reply: oneshot::Sender<Reply>,
 }
@@ -50,6 +68,18 @@ impl Queue {
     }
 }
 
+/// `true` while the worker thread runs; becomes `false` when it ends.
+pub type Liveness = watch::Receiver<bool>;
+
+/// Marks the worker gone when dropped (normal exit or unwinding).
+struct Alive(watch::Sender<bool>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        let _ = self.0.send(false);
+    }
+}
+
 /// Starts the worker thread; it ends when every [`Queue`] is dropped and
 /// the queue is drained.
 pub fn start(
@@ -57,17 +87,95 @@ pub fn start(
     capacity: usize,
     batching: bool,
     max_delay: Duration,
-) -> (Queue, std::thread::JoinHandle<()>) {
+) -> std::io::Result<(Queue, std::thread::JoinHandle<()>, Liveness)> {
     let (tx, rx) = sync_channel::<Job>(capacity);
+    let (alive_tx, alive_rx) = watch::channel(true);
     let h = std::thread::Builder::new()
         .name("hlobridge-serve-worker".into())
-        .spawn(move || work(&model, &rx, batching, max_delay))
-        .expect("spawning the worker thread");
-    (Queue { tx }, h)
+        .spawn(move || {
+            let _alive = Alive(alive_tx);
+            work(&model, &rx, batching, max_delay)
+        })?;
+    Ok((Queue { tx }, h, alive_rx))
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Runs `jobs` as one execution; a panic inside becomes an execution error
+/// for each of them.
+fn run_jobs(model: &Model, jobs: Vec<Job>) {
+    let started = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let prepared: Vec<Prepared<'_>> = jobs
+            .iter()
+            .map(|j| Prepared {
+                inputs: j.inputs.iter().map(|t| t.as_ref()).collect(),
+                batch: j.batch,
+            })
+            .collect();
+        let outs = model.run_batch(&prepared)?;
+        if outs.len() != jobs.len() {
+            return Err(DeployError::Execution(format!(
+                "{} results for {} requests",
+                outs.len(),
+                jobs.len()
+            )));
+        }
+        Ok(outs)
+    }))
+    .unwrap_or_else(|p| {
+        Err(DeployError::Execution(format!(
+            "the execution panicked: {}",
+            panic_message(&*p)
+        )))
+    });
+    let run_time = started.elapsed();
+    let n = jobs.len();
+    match result {
+        Ok(outs) => {
+            for (j, o) in jobs.into_iter().zip(outs) {
+                let queue_time = started.saturating_duration_since(j.submitted);
+                let _ = j.reply.send(Reply {
+                    outputs: Ok(o),
+                    queue_time,
+                    run_time,
+                    batched_with: n,
+                });
+            }
+        }
+        Err(e) => {
+            // Bad inputs were refused before queueing; whatever fails here
+            // is the model's or the runtime's fault.
+            tracing::error!(error = %e, requests = n, "execution failed");
+            let msg = e.to_string();
+            for j in jobs {
+                let queue_time = started.saturating_duration_since(j.submitted);
+                let outputs = Err(match &e {
+                    DeployError::BadInput(m) => DeployError::BadInput(m.clone()),
+                    _ => DeployError::Execution(msg.clone()),
+                });
+                let _ = j.reply.send(Reply {
+                    outputs,
+                    queue_time,
+                    run_time,
+                    batched_with: n,
+                });
+            }
+        }
+    }
 }
 
 fn work(model: &Model, rx: &Receiver<Job>, batching: bool, max_delay: Duration) {
-    let max = if batching { model.max_batch() } else { None };
+    let max = if batching && model.manifest().batchable() {
+        model.max_batch()
+    } else {
+        None
+    };
     let mut carry: Option<Job> = None;
     loop {
         let first = match carry.take() {
@@ -101,31 +209,8 @@ fn work(model: &Model, rx: &Receiver<Job>, batching: bool, max_delay: Duration) 
             }
         }
         jobs.retain(|j| !j.reply.is_closed());
-        if jobs.is_empty() {
-            continue;
-        }
-        let prepared: Vec<Prepared<'_>> = jobs
-            .iter()
-            .map(|j| Prepared {
-                inputs: j.inputs.iter().map(|t| t.as_ref()).collect(),
-                batch: j.batch,
-            })
-            .collect();
-        let result = model.run_batch(&prepared);
-        drop(prepared);
-        match result {
-            Ok(outs) => {
-                for (j, o) in jobs.into_iter().zip(outs) {
-                    let _ = j.reply.send(Ok(o));
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, requests = jobs.len(), "execution failed");
-                let msg = e.to_string();
-                for j in jobs {
-                    let _ = j.reply.send(Err(DeployError::Manifest(msg.clone())));
-                }
-            }
+        if !jobs.is_empty() {
+            run_jobs(model, jobs);
         }
     }
 }
@@ -139,6 +224,7 @@ mod tests {
         Job {
             inputs: Vec::new(),
             batch: None,
+            submitted: Instant::now(),
             reply,
         }
     }
@@ -151,5 +237,16 @@ mod tests {
         assert_eq!(q.submit(job()).err(), Some(SubmitError::Full));
         drop(rx);
         assert_eq!(q.submit(job()).err(), Some(SubmitError::Closed));
+    }
+
+    #[test]
+    fn liveness_turns_false_when_the_thread_unwinds() {
+        let (tx, mut rx) = watch::channel(true);
+        let h = std::thread::spawn(move || {
+            let _alive = Alive(tx);
+            panic!("boom");
+        });
+        assert!(h.join().is_err());
+        assert!(!*rx.borrow_and_update());
     }
 }

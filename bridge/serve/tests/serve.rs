@@ -6,7 +6,7 @@
 use hlobridge_deploy::writer::demo_artifact;
 use hlobridge_deploy::Model;
 use hlobridge_serve::pb::predictor_client::PredictorClient;
-use hlobridge_serve::pb::{MetadataRequest, PredictRequest, Tensor};
+use hlobridge_serve::pb::{MetadataRequest, NamedTensor, PredictRequest, Tensor};
 use hlobridge_serve::{serve, ServeConfig, ServeError};
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -38,9 +38,20 @@ fn req(inputs: Vec<(&str, Tensor)>) -> PredictRequest {
     PredictRequest {
         inputs: inputs
             .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
+            .map(|(k, v)| NamedTensor {
+                name: k.to_string(),
+                tensor: Some(v),
+            })
             .collect(),
     }
+}
+
+fn output<'a>(out: &'a hlobridge_serve::pb::PredictResponse, name: &str) -> &'a Tensor {
+    out.outputs
+        .iter()
+        .find(|o| o.name == name)
+        .and_then(|o| o.tensor.as_ref())
+        .unwrap_or_else(|| panic!("no output {name}"))
 }
 
 struct Running {
@@ -84,8 +95,8 @@ async fn client(addr: &str) -> PredictorClient<Channel> {
 }
 
 fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
-    let y = &out.outputs["y"];
-    let s = &out.outputs["s"];
+    let y = output(out, "y");
+    let s = output(out, "s");
     assert_eq!(y.shape, vec![rows, 3]);
     assert_eq!(s.shape, vec![rows]);
     let yv: Vec<f32> = y
@@ -189,6 +200,11 @@ async fn predicts_metadata_health_and_bad_requests() {
             Code::InvalidArgument,
         ),
         (req(vec![]), Code::InvalidArgument),
+        // The same input twice (the last one would win with a map).
+        (
+            req(vec![("x", good.clone()), ("x", good.clone())]),
+            Code::InvalidArgument,
+        ),
         (
             req(vec![("x", good.clone()), ("zz-request-data", good.clone())]),
             Code::InvalidArgument,
