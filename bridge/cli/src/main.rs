@@ -57,12 +57,17 @@ enum Command {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HLOBRIDGE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = hlobridge_config::get(hlobridge_config::Var::Log)
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    // Unknown `HLOBRIDGE_*` variables (typos), with the nearest known name.
+    for w in hlobridge_config::check_environment() {
+        tracing::warn!("{w}");
+    }
 }
 
 fn main() -> ExitCode {
