@@ -71,8 +71,11 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    if let Command::Serve(a) = &cli.command {
+        cmd_serve::init_logging(a);
+    }
+    init_logging();
     let result = match cli.command {
         Command::Fmt(a) => cmd_fmt::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
