@@ -95,36 +95,89 @@ pub fn find_cuda_data_dir() -> Option<PathBuf> {
         .filter(|d| d.join("bin/ptxas").exists() && d.join("nvvm/libdevice").is_dir())
 }
 
-/// Sets `TPU_SKIP_MDS_QUERY=1` (without it libtpu queries the cloud
-/// metadata server at load time and hangs off GCP) and
-/// `ALLOW_MULTIPLE_LIBTPU_LOAD=1` (deviceless compiles claim no chip, so
-/// several processes may load libtpu at once instead of failing on
-/// `/tmp/libtpu_lockfile`), each unless already set. Call before loading
-/// libtpu, while the process has one thread (the environment is
-/// process-global).
-pub fn skip_tpu_metadata_query() {
-    for var in ["TPU_SKIP_MDS_QUERY", "ALLOW_MULTIPLE_LIBTPU_LOAD"] {
-        if std::env::var_os(var).is_none() {
-            std::env::set_var(var, "1");
-        }
+/// The variables libtpu reads when it loads, and the values
+/// [`skip_tpu_metadata_query`] gives them: `TPU_SKIP_MDS_QUERY=1` (without
+/// it libtpu queries the cloud metadata server at load time and hangs off
+/// GCP) and `ALLOW_MULTIPLE_LIBTPU_LOAD=1` (deviceless compiles claim no
+/// chip, so several processes may load libtpu at once instead of failing on
+/// `/tmp/libtpu_lockfile`).
+pub const TPU_LOAD_ENV: &[(&str, &str)] = &[
+    ("TPU_SKIP_MDS_QUERY", "1"),
+    ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+];
+
+/// Whether this process has exactly one thread (Linux: `/proc/self/task`;
+/// elsewhere `false`).
+pub fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
+}
+
+/// Sets each of [`TPU_LOAD_ENV`] that is unset, but only while the process
+/// has one thread: libtpu reads them with `getenv`, which no option can
+/// replace, and `setenv` while another thread may call `getenv` is a data
+/// race. The Python extension calls this when it is imported; later calls
+/// in a multithreaded process set nothing and warn, naming the variables to
+/// export before starting the process. Returns whether every variable is
+/// set afterwards.
+pub fn skip_tpu_metadata_query() -> bool {
+    let missing: Vec<&(&str, &str)> = TPU_LOAD_ENV
+        .iter()
+        .filter(|(var, _)| std::env::var_os(var).is_none())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    if !single_threaded() {
+        let names: Vec<String> = missing.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        tracing::warn!(
+            "libtpu: {} not set, and hlobridge cannot set environment variables once the \
+             process has threads; export them before starting the process",
+            names.join(" ")
+        );
+        return false;
+    }
+    for (var, value) in missing {
+        // Single-threaded (checked just above): no concurrent getenv.
+        std::env::set_var(var, value);
+    }
+    true
+}
+
+/// The CUDA data dir recorded by [`set_cuda_data_dir_flag`].
+static CUDA_DATA_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Records `dir` as the CUDA data dir every CUDA compile is pointed at
+/// ([`cuda_xla_options`]); the first call wins. Nothing is written to the
+/// environment: the directory travels as the `xla_gpu_cuda_data_dir`
+/// compile option (an `env_option_overrides` entry), so this is safe to
+/// call from any thread at any time. (It used to append
+/// `--xla_gpu_cuda_data_dir` to `XLA_FLAGS` with `set_var`, which races
+/// with every `getenv` of the plugin's own threads.)
+pub fn set_cuda_data_dir_flag(dir: &Path) {
+    let _ = CUDA_DATA_DIR.set(dir.to_path_buf());
+}
+
+/// The compile options that point a CUDA compile at `ptxas`/`libdevice`:
+/// `xla_gpu_cuda_data_dir = <dir>` once [`set_cuda_data_dir_flag`] recorded
+/// one, unless `XLA_FLAGS` names a data dir itself (the user's wins).
+pub fn cuda_xla_options() -> Vec<(String, crate::XlaOption)> {
+    let user = std::env::var("XLA_FLAGS").is_ok_and(|f| f.contains("--xla_gpu_cuda_data_dir"));
+    match CUDA_DATA_DIR.get() {
+        Some(d) if !user => vec![(
+            "xla_gpu_cuda_data_dir".to_string(),
+            crate::XlaOption::Str(d.display().to_string()),
+        )],
+        _ => Vec::new(),
     }
 }
 
-/// Appends `--xla_gpu_cuda_data_dir=DIR` to `XLA_FLAGS` unless a data dir
-/// is already given there. Call before the CUDA plugin first compiles,
-/// while the process has one thread.
-pub fn set_cuda_data_dir_flag(dir: &Path) {
-    let cur = std::env::var("XLA_FLAGS").unwrap_or_default();
-    if cur.contains("--xla_gpu_cuda_data_dir") {
-        return;
+/// Adds [`cuda_xla_options`] to `options` (a name the caller set is kept).
+pub fn add_cuda_xla_options(options: &mut crate::CompileOptions) {
+    for (k, v) in cuda_xla_options() {
+        if !options.xla_options.iter().any(|(n, _)| *n == k) {
+            options.xla_options.push((k, v));
+        }
     }
-    let flag = format!("--xla_gpu_cuda_data_dir={}", dir.display());
-    let new = if cur.trim().is_empty() {
-        flag
-    } else {
-        format!("{cur} {flag}")
-    };
-    std::env::set_var("XLA_FLAGS", new);
 }
 
 /// The Mosaic GPU runtime: `HLOBRIDGE_MOSAIC_GPU_RUNTIME`, else

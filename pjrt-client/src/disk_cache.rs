@@ -3,10 +3,12 @@
 //! compiled with the same options on the same plugin and the same CPU.
 //!
 //! One file per program, `<dir>/<sha256-hex>.pjrt`, where the SHA-256 is of
-//! the full key: plugin identity (library path, size and modification time,
-//! platform name and version, PJRT API version, device count), host identity
-//! (CPU vendor, model and ISA features, see [`secure::host_id`]), the
-//! encoded `CompileOptionsProto` and the module text. The file starts with a
+//! the full key: plugin identity (library path, size, modification time, a
+//! digest of its first and last MiB, platform name and version, PJRT API
+//! version, device count), host identity (CPU vendor, model and ISA
+//! features, see [`secure::host_id`]), the caller's options bytes (for
+//! `hlobridge-compile`: the encoded `CompileOptionsProto`, the host
+//! lowering tag and the compile-relevant environment) and the module text. The file starts with a
 //! header holding that full key, compared byte for byte on lookup, so even a
 //! hash collision can never load the wrong program; the serialized
 //! executable follows, then an HMAC-SHA256 of everything before it under
@@ -125,6 +127,19 @@ impl Config {
             dir,
             max_bytes,
             private_root,
+        }
+    }
+}
+
+impl Config {
+    /// [`Config::from_env`] with the directory `dir` (a caller's own
+    /// cache, e.g. a server's configured one), enabled.
+    pub fn at(dir: impl Into<PathBuf>) -> Config {
+        Config {
+            enabled: !DISABLED.load(Ordering::Relaxed),
+            dir: dir.into(),
+            private_root: None,
+            ..Config::from_env()
         }
     }
 }
@@ -265,12 +280,39 @@ pub fn plugin_identity(client: &crate::Client, plugin_path: &Path) -> String {
     };
     let (major, minor) = client.api().version();
     format!(
-        "plugin={};size={size};mtime={mtime};platform={};version={};pjrt_api={major}.{minor};devices={}",
+        "plugin={};size={size};mtime={mtime};sample={};platform={};version={};pjrt_api={major}.{minor};devices={}",
         plugin_path.display(),
+        sample_digest(plugin_path),
         client.platform_name(),
         client.platform_version(),
         client.device_count()
     )
+}
+
+/// Hex SHA-256 of the plugin file's first and last MiB: tells apart two
+/// builds that share a path, size and modification time (a reinstall that
+/// keeps the times) without reading the whole library (hundreds of MiB).
+fn sample_digest(path: &Path) -> String {
+    use std::io::{Seek, SeekFrom};
+    const SAMPLE: u64 = 1 << 20;
+    let read = || -> io::Result<Vec<u8>> {
+        let mut f = fs::File::open(path)?;
+        let len = f.metadata()?.len();
+        let mut buf = Vec::with_capacity(2 * SAMPLE as usize);
+        (&mut f).take(SAMPLE).read_to_end(&mut buf)?;
+        if len > SAMPLE {
+            f.seek(SeekFrom::Start(len.saturating_sub(SAMPLE).max(SAMPLE)))?;
+            f.take(SAMPLE).read_to_end(&mut buf)?;
+        }
+        Ok(buf)
+    };
+    match read() {
+        Ok(b) => Sha256::digest(&b)
+            .iter()
+            .map(|x| format!("{x:02x}"))
+            .collect(),
+        Err(_) => "unreadable".into(),
+    }
 }
 
 /// Path of the entry for `key` in `dir`.

@@ -110,7 +110,11 @@ fn cuda_h100_compile() {
     assert_eq!(devs.len(), 1);
     assert_eq!(devs[0].kind, "NVIDIA H100 80GB HBM3");
     let exe = t
-        .compile(&Program::mlir_text(TANH_MATMUL), &CompileOptions::default())
+        .compile(&Program::mlir_text(TANH_MATMUL), &{
+            let mut o = CompileOptions::default();
+            accel::add_cuda_xla_options(&mut o);
+            o
+        })
         .expect("compile");
     let m = exe.memory_stats().unwrap();
     assert_eq!(m.arguments, (256 * 512 + 512 * 128) * 4);

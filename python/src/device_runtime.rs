@@ -21,16 +21,16 @@
 
 use crate::dlpack::Exported;
 use crate::errors::{pjrt_to_py, ArgumentError, ForkError};
-use crate::executable::{Compiled, Executable};
+use crate::executable::Executable;
+use hlobridge_compile::{CompilePolicy, DiskCacheMode, HostLoweringMode};
 use pjrt_client::cuda::{CudaAllocator, CudaOptions};
 use pjrt_client::ffi::dlpack::DLManagedTensor;
-use pjrt_client::{Buffer, Client, CompileOptions, OptionValue, Program};
+use pjrt_client::{Buffer, Client, CompileOptions, OptionValue};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 const DLTENSOR: &CStr = c"dltensor";
@@ -223,15 +223,9 @@ pub fn cuda_runtime(
     Ok(DeviceRuntime { client: keep })
 }
 
-type DeviceCache = Mutex<HashMap<(usize, String), Arc<Compiled>>>;
-
-fn device_cache() -> &'static DeviceCache {
-    static C: OnceLock<DeviceCache> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Compiles module text on `runtime` (GIL released), or returns the cached
-/// executable for the same text. Returns `(executable, cache_hit)`.
+/// Compiles module text on `runtime` through the compile service (GIL
+/// released; memory cache on, no disk cache, no host lowering), or returns
+/// the cached executable for the same text. Returns `(executable, cache_hit)`.
 #[pyfunction]
 pub fn device_compile(
     py: Python<'_>,
@@ -247,37 +241,25 @@ pub fn device_compile(
             runtime.client.platform_name()
         )));
     }
-    let key = (runtime.client.raw() as usize, text.to_owned());
-    let hit = lock(device_cache()).get(&key).cloned();
-    if let Some(c) = hit {
-        return Ok((Executable { inner: c }, true));
-    }
-    let client = runtime.client.clone();
-    let compiled = py
-        .allow_threads(|| {
-            crate::runtime::check_compile()?;
-            let t0 = Instant::now();
-            let exe = client.compile(&Program::mlir_text(text), &CompileOptions::default())?;
-            let fp = {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                client.platform_name().hash(&mut h);
-                text.hash(&mut h);
-                format!("{:016x}", h.finish())
-            };
-            Ok::<_, pjrt_client::Error>(Compiled {
-                exe,
-                fingerprint: fp,
-                compile_s: t0.elapsed().as_secs_f64(),
-                from_disk: false,
-            })
-        })
-        .map_err(pjrt_to_py)?;
-    let entry = {
-        let mut c = lock(device_cache());
-        c.entry(key).or_insert_with(|| Arc::new(compiled)).clone()
+    let policy = CompilePolicy {
+        host_lowering: HostLoweringMode::Off,
+        memory_cache: true,
+        disk_cache: DiskCacheMode::Off,
+        before_compile: Some(crate::runtime::check_compile),
+        ..CompilePolicy::default()
     };
-    Ok((Executable { inner: entry }, false))
+    let client = runtime.client.clone();
+    let fetched = py
+        .allow_threads(|| {
+            hlobridge_compile::compile(&client, text, CompileOptions::default(), &policy)
+        })
+        .map_err(crate::executable::compile_error_to_py)?;
+    Ok((
+        Executable {
+            inner: fetched.compiled,
+        },
+        fetched.from_memory,
+    ))
 }
 
 /// A consumed `DLManagedTensor` whose deleter has not run yet.

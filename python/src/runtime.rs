@@ -223,6 +223,9 @@ pub fn shared(py: Python<'_>) -> PyResult<Arc<Shared>> {
         }
         let found = discover(&site_dirs)?;
         let plugin = Plugin::load(&found.path)?;
+        // The environment the plugin reads into code generation, as it is
+        // when the plugin first reads it (compile-cache keys).
+        hlobridge_compile::snapshot_environment();
         let client = Client::new(&plugin, &ClientOptions::new())?;
         let r = Arc::new(Shared { client, found });
         // An inherited runtime was taken out by `current()`; anything here

@@ -6,8 +6,8 @@
 //! (re-exported here as [`manifest`], [`safetensors`], [`writer`]).
 //! [`Model::load`] reads it through [`hlobridge_artifact::read_artifact`]
 //! (regular files only, sizes capped, the content hash checked over the
-//! bytes read), compiles each module variant through the PJRT plugin
-//! ([`pjrt_client`]) and binds the weights on the device once;
+//! bytes read), compiles each module variant through the compile service
+//! ([`hlobridge_compile`], as the Python runtime does) and binds the weights on the device once;
 //! [`Model::run`] executes named host tensors.
 //!
 //! ```no_run
@@ -20,7 +20,6 @@
 //! ```
 
 pub mod batching;
-pub mod compile_cache;
 pub mod error;
 pub mod model;
 #[cfg(feature = "tch")]

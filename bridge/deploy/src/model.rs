@@ -130,8 +130,18 @@ impl Model {
         }
         let mut variants = Vec::new();
         for (f, (_, text)) in manifest.modules.iter().zip(&v.modules) {
-            let (exe, outcome) = crate::compile_cache::compile(&client, text)?;
-            tracing::debug!(file = %f.file, ?outcome, "artifact module ready");
+            // The one compile service, with the policy the Python runtime
+            // uses minus its memory cache: same options, host lowering,
+            // disk cache and fallback, so the served program is the tested one.
+            let policy = hlobridge_compile::CompilePolicy::default();
+            let fetched = hlobridge_compile::compile(&client, text, Default::default(), &policy)
+                .map_err(|e| match e {
+                    hlobridge_compile::CompileError::Pjrt(e) => DeployError::Pjrt(e),
+                    e => DeployError::Execution(e.to_string()),
+                })?;
+            let c = &fetched.compiled;
+            tracing::info!(file = %f.file, from_disk = c.from_disk, kernels = %c.host.kernels_line(), "artifact module ready");
+            let exe = c.exe.clone();
             if exe.num_outputs() != manifest.outputs.len() {
                 return Err(DeployError::Artifact(ArtifactError::Manifest(format!(
                     "{} has {} results, the manifest lists {}",

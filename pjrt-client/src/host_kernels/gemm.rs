@@ -23,13 +23,9 @@
 use super::frame::{handle, BufferView, Frame};
 use super::xla_ffi::*;
 
-/// The registered targets: `(name, lhs transposed, rhs transposed)`.
-pub const TARGETS: [(&str, bool, bool); 4] = [
-    ("hlobridge_gemm_nn", false, false),
-    ("hlobridge_gemm_tn", true, false),
-    ("hlobridge_gemm_nt", false, true),
-    ("hlobridge_gemm_tt", true, true),
-];
+/// The registered targets: `(name, lhs transposed, rhs transposed)` (the
+/// host-kernel ABI, `hlobridge-host-abi`).
+pub use hlobridge_host_abi::gemm::TARGETS;
 
 /// The handler for each entry of [`TARGETS`], in the same order.
 pub const HANDLERS: [unsafe extern "C" fn(*mut XLA_FFI_CallFrame) -> *mut XLA_FFI_Error; 4] =

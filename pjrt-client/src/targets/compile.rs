@@ -189,8 +189,14 @@ pub fn compile_for_target(
                     descs.len()
                 )));
             }
+            // CUDA: ptxas/libdevice as a compile option, not XLA_FLAGS
+            // (accel::set_cuda_data_dir_flag).
+            let mut options = options.clone();
+            if matches!(target.kind, TargetKind::Cuda { .. }) {
+                crate::accel::add_cuda_xla_options(&mut options);
+            }
             let exe = topo
-                .compile(&program, options)
+                .compile(&program, &options)
                 .map_err(|e| classify(&target.spec, e))?;
             compile_time = exe.compile_time();
             devices = descs.len();

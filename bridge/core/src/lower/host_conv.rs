@@ -13,8 +13,8 @@
 //! with the op's operands, result type, location and other discardable
 //! attributes unchanged. `%cfg` carries the dimension numbers, strides,
 //! padding, dilations, window reversal and feature group count, in the
-//! layout `host_kernels::conv::ConvConfig` documents (version
-//! [`CONFIG_VERSION`] first).
+//! layout [`ConvConfig`] (the host-kernel ABI crate, `hlobridge-host-abi`)
+//! documents (version [`CONFIG_VERSION`] first).
 //!
 //! Taken: 1 to 3 spatial dimensions; f32 or f64 operands and result of one
 //! element type; static shapes; any dimension permutation, stride,
@@ -34,12 +34,8 @@ use smallvec::SmallVec;
 /// compile-cache keys, see `HostLowering::cache_tag`).
 pub const REWRITE_VERSION: u32 = 2;
 
-/// The layout version of the config operand (must equal the kernel's
-/// `host_kernels::conv::CONFIG_VERSION`).
-pub const CONFIG_VERSION: i64 = 2;
-
-/// The custom-call target.
-pub const TARGET: &str = "hlobridge_conv";
+use hlobridge_host_abi::conv::output_size;
+pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
 
 /// Which convolutions the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,26 +219,6 @@ fn window_attr(m: &Module, op: OpId, name: &str, n: usize, default: i64) -> Opti
     }
 }
 
-/// XLA's output size of one spatial dimension.
-fn output_size(input: i64, window: i64, s: i64, lo: i64, hi: i64, ld: i64, rd: i64) -> Option<i64> {
-    let dilated = if input == 0 {
-        0
-    } else {
-        (input - 1).checked_mul(ld)?.checked_add(1)?
-    };
-    let padded = dilated.checked_add(lo)?.checked_add(hi)?;
-    let win = if window == 0 {
-        0
-    } else {
-        (window - 1).checked_mul(rd)?.checked_add(1)?
-    };
-    Some(if padded < win || padded < 0 {
-        0
-    } else {
-        (padded - win) / s + 1
-    })
-}
-
 /// The call for `op` if the kernel runs it exactly and the policy admits it.
 fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     let o = m.op(op);
@@ -261,7 +237,8 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     let [l, r, y] = read_conv_dims(text)?;
     let rank = l.len();
     let nsp = rank - 2;
-    if !(1..=3).contains(&nsp) || ld.len() != rank || rd.len() != rank || od.len() != rank {
+    if !(1..=MAX_SPATIAL).contains(&nsp) || ld.len() != rank || rd.len() != rank || od.len() != rank
+    {
         return None;
     }
     let batch_groups = int_attr(m, op, "batch_group_count", 1)?;
@@ -328,16 +305,20 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     if work < policy.min_work {
         return None;
     }
-    let mut config = vec![CONFIG_VERSION, nsp as i64, groups, batch_groups];
-    for d in [&l, &r, &y] {
-        config.extend(d.iter().map(|&x| x as i64));
+    let config = ConvConfig {
+        groups,
+        batch_groups,
+        lhs: l,
+        rhs: r,
+        out: y,
+        stride,
+        pad_lo: (0..nsp).map(|i| pad[2 * i]).collect(),
+        pad_hi: (0..nsp).map(|i| pad[2 * i + 1]).collect(),
+        lhs_dilation: lhs_dil,
+        rhs_dilation: rhs_dil,
+        reverse: rev.iter().map(|&v| v != 0).collect(),
     }
-    config.extend(&stride);
-    config.extend((0..nsp).map(|i| pad[2 * i]));
-    config.extend((0..nsp).map(|i| pad[2 * i + 1]));
-    config.extend(&lhs_dil);
-    config.extend(&rhs_dil);
-    config.extend(rev.iter().map(|&v| (v != 0) as i64));
+    .encode();
     Some(Conv { config })
 }
 

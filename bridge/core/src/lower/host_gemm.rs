@@ -87,15 +87,7 @@ pub struct HostGemmReport {
     pub products: usize,
 }
 
-/// The custom-call target for a product with the given operand transpositions.
-pub fn target_name(lhs_transposed: bool, rhs_transposed: bool) -> &'static str {
-    match (lhs_transposed, rhs_transposed) {
-        (false, false) => "hlobridge_gemm_nn",
-        (true, false) => "hlobridge_gemm_tn",
-        (false, true) => "hlobridge_gemm_nt",
-        (true, true) => "hlobridge_gemm_tt",
-    }
-}
+pub use hlobridge_host_abi::gemm::target_name;
 
 /// Rewrites every product `policy` admits (see module docs); returns counts.
 pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmReport {

@@ -48,15 +48,9 @@ pub use config::{output_size, ConvConfig};
 /// `XLA_FFI_DataType` of the config operand (XLA's `S64`).
 const XLA_FFI_DataType_S64: XLA_FFI_DataType = 5;
 
-/// The registered target name.
-pub const TARGET: &str = "hlobridge_conv";
-
-/// Version tag, the first element of the config operand: the bridge and
-/// the kernel must agree on the layout.
-pub const CONFIG_VERSION: i64 = 2;
-
-/// Most spatial dimensions taken.
-pub const MAX_SPATIAL: usize = 3;
+/// The registered target name, the config operand's version and the most
+/// spatial dimensions taken: the host-kernel ABI (`hlobridge-host-abi`).
+pub use hlobridge_host_abi::conv::{CONFIG_VERSION, MAX_SPATIAL, TARGET};
 
 /// The handler registered for [`TARGET`].
 ///

@@ -1,0 +1,25 @@
+//! The crate's single error type.
+
+/// Why a program did not compile.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The plugin refused the program (or a transfer of it), or a front
+    /// end's `before_compile` hook refused to compile in this process.
+    #[error("{0}")]
+    Pjrt(#[from] pjrt_client::Error),
+    /// The program needs more devices than the client has.
+    #[error("the module needs {needed} devices (mhlo.num_partitions = {partitions}, mhlo.num_replicas = {replicas}) but the client has {available}; pass --devices {needed}")]
+    TooFewDevices {
+        /// Partitions × replicas.
+        needed: usize,
+        /// `num_partitions`.
+        partitions: usize,
+        /// `num_replicas`.
+        replicas: usize,
+        /// The client's devices.
+        available: usize,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = CompileError> = std::result::Result<T, E>;
