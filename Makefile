@@ -52,12 +52,8 @@ test-tch:
 	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH \
 		cargo build --release -q -p hlobridge-serve --features tch --example serve_client_tch
 
-# test_interrupts.py runs in a pytest process of its own: after the rest of
-# the suite in the same process, its child ignored the SIGINT twice in
-# fresh-clone runs (passes alone every time; cause open, docs/testing.md).
 test-python:
-	.venv/bin/python -m pytest -q -W error tests/python --ignore=tests/python/test_interrupts.py
-	.venv/bin/python -m pytest -q -W error tests/python/test_interrupts.py
+	.venv/bin/python -m pytest -q -W error tests/python
 
 # The same suite on one core (the cargo test harness and pytest's workers
 # follow the affinity mask), and with host-GEMM work donation off. See
