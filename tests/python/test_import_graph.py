@@ -33,10 +33,6 @@ PATHS = ("jax_bridge", "autograd", "custom_op", "lazy")
 ROOT_EAGER = {"hlobridge._native", SRC, f"{SRC}.config", f"{SRC}.errors"}
 # Public modules that ``_src`` may import: the native extension.
 NATIVE = "hlobridge._native"
-# Old paths that hlobridge/export.py and serve.py still import (their owner
-# moves them under _src); they re-export _src names and nothing else.
-COMPAT = {"hlobridge.dtypes", "hlobridge.distributed_guard", "hlobridge.pallas_auto",
-          "hlobridge.stitching", "hlobridge.dynamo.engine", "hlobridge.dynamo.program"}
 
 
 def _modules() -> dict[str, pathlib.Path | None]:
@@ -198,12 +194,6 @@ def test_internals_import_no_public_module():
            for m, n in _imports(f, mods)
            if not (m.startswith(SRC) or m in allowed or (m == "hlobridge" and n in ("_native", "_src")))]
     assert not bad, "\n".join(bad)
-
-
-def test_compat_paths_only_re_export_internals():
-    mods = _modules()
-    for name in COMPAT & mods.keys():  # each goes once export.py and serve.py import _src
-        assert {m for m, _ in _imports(mods[name], mods)} <= {m for m in mods if m.startswith(SRC)}, name
 
 
 def test_shared_modules_import_no_call_jax_path():

@@ -1,3 +1,0 @@
-# Not public: kept only because hlobridge/export.py and hlobridge/serve.py still
-# import it from this path. Delete when they move under hlobridge/_src.
-from hlobridge._src.pallas_auto import lower_traced  # noqa: F401
