@@ -2,20 +2,22 @@
 (``tests/python/model_zoo/``) through every hlobridge path, against eager
 torch; plus focused regression tests for the failures real models showed.
 
-Paths and tolerances: ``model_zoo/paths.py`` (inference logits
-rtol=1e-4/atol=1e-4 vs eager float32; training losses rtol=1e-4/atol=1e-5,
-parameters and buffers rtol=1e-3/atol=1e-4, Adam atol=2e-4, vs eager
-float64, or within 10x of eager float32's own distance from float64 where
-float32 drifts further; integer buffers equal). Seeds: every cell builds
-its model and draws its batches from ``torch.manual_seed(SEED)`` with
-``SEED = 20240917`` (``HLOBRIDGE_TEST_SEED`` overrides it; it is printed in
-failure messages).
+Paths and checks: ``model_zoo/paths.py`` and ``model_zoo/accuracy.py``
+(inference logits rtol=1e-4/atol=1e-4 vs eager float32; every training
+step's loss within rtol=1e-4/atol=1e-5 of eager float64's from the same
+weights; the weights and float buffers after the steps by the statistical
+check of PyTorch's own accuracy checker: within rtol=1e-3/atol=1e-4 (Adam
+atol=2e-4) of eager float64, or an RMS difference from float64 of at most
+3x-10x eager float32's own and a change in float64's direction; integer
+buffers equal). Seeds: every cell builds its model and draws its batches
+from ``torch.manual_seed(SEED)`` with ``SEED = 20240917``
+(``HLOBRIDGE_TEST_SEED`` overrides it; it is printed in failure messages).
 
 A cell that cannot work is listed in ``EXPECTED_ERRORS`` with the named
 error it must raise (it fails if it starts passing, or raises anything
 else). Every cell runs by default except those a model marks ``heavy``,
-with the reason docs/models.md prints (today only ResNet-18's whole-step
-SGD cell, an open investigation); ``HLOBRIDGE_ZOO=all`` runs those too.
+with the reason docs/models.md prints (none today); ``HLOBRIDGE_ZOO=all``
+runs those too.
 The hybrid rows and ``generate()`` are in ``test_zoo_hybrid.py`` and
 ``test_zoo_generate.py``. With ``HLOBRIDGE_ZOO_JSON=path`` every cell's
 outcome, measured differences and time are merged into that file

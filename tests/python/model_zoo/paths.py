@@ -14,16 +14,27 @@ against eager torch on the same fresh random batches:
 - ``step_adam``: the same with ``hb.optim.Adam(lr=1e-3)`` vs
   ``torch.optim.Adam(lr=1e-3)``.
 
-Training paths are compared with the same steps in eager torch in float64
-(and eager float32 alongside): every loss within :data:`LOSS_TOL`, every
-parameter and buffer after the steps within :data:`PARAM_TOL`
-(:data:`ADAM_TOL` for Adam), or, where float32 itself drifts that far (it
-does for BatchNorm nets: eager torch's own float32 BatchNorm gradients are
-up to 2% off float64 for ResNet-18, and the steps amplify it), no more than
-:data:`F32_FACTOR` times eager float32's own largest difference from
-float64. Integer buffers (BatchNorm's ``num_batches_tracked``) must be
-equal. A failure inside ``torch.compile`` surfaces as the backend's own
-named error (Dynamo's ``BackendCompilerFailed`` is unwrapped).
+Training paths are judged against the same steps in eager torch in float64,
+with eager float32 alongside (``model_zoo/accuracy.py`` says how and why):
+
+- every step's loss: *exactly* (within :data:`LOSS_TOL`) the loss eager
+  float64 computes for the same batch from hlobridge's own weights at that
+  step (one forward: not chaotic);
+- every parameter and float buffer after the steps: the *statistical*
+  check (PyTorch's ``same`` with ``fp64_ref``): within :data:`PARAM_TOL`
+  (:data:`ADAM_TOL` for Adam) of eager float64 elementwise, or an RMS
+  difference from float64 of at most 3x-10x eager float32's own (by size)
+  and a change in the same direction as float64's (cosine similarity at
+  least 0.99). Float32 training of BatchNorm nets is chaotic (one ReLU mask
+  flipped by a last-bit difference moves a whole channel), so one seed's
+  elementwise distance says nothing on another CPU;
+- integer buffers (BatchNorm's ``num_batches_tracked``): equal.
+
+The losses of the free-running trajectories (hlobridge's, eager
+float32's, both against eager float64's) are recorded, not asserted: the
+state check judges the trajectory. A failure inside ``torch.compile``
+surfaces as the backend's own named error (Dynamo's
+``BackendCompilerFailed`` is unwrapped).
 
 :func:`run_hybrid` runs a hybrid row (``model_zoo/hybrid.py``) through
 :data:`HYBRID_PATHS`: ``compile_infer`` and ``compile_train`` as above, and
@@ -43,6 +54,7 @@ from typing import Any
 import torch
 
 import hlobridge as hb
+from model_zoo.accuracy import check_exact, check_statistical
 from model_zoo.hybrid import OPTAX_WEIGHT_DECAY, HybridModel, optax_adamw
 from model_zoo.spec import ZooModel, calibrate_batchnorm, zoo_loss
 
@@ -55,20 +67,14 @@ INFER_TOL = dict(rtol=1e-4, atol=1e-4)
 LOSS_TOL = dict(rtol=1e-4, atol=1e-5)
 PARAM_TOL = dict(rtol=1e-3, atol=1e-4)
 ADAM_TOL = dict(rtol=1e-3, atol=2e-4)
-F32_FACTOR = 10.0
 SGD_LR = 0.01
 ADAM_LR = 1e-3
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, tol: dict[str, float], what: str) -> float:
-    """Assert ``a`` is close to ``b`` (exactly equal for integer tensors);
-    return the largest absolute difference."""
-    a, b = a.detach(), b.detach().to(a.dtype)
-    if not b.dtype.is_floating_point:
-        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
-        return 0.0
-    torch.testing.assert_close(a, b, **tol, msg=lambda m: f"{what}: {m}")
-    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+    """Assert ``a`` is close to ``b`` elementwise (both as float64; integer
+    tensors equal); return the largest absolute difference."""
+    return check_exact(a, b, tol, what)
 
 
 @contextmanager
@@ -91,60 +97,80 @@ def _f64(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return tuple(t.double() if t.is_floating_point() else t for t in batch)
 
 
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer by name (a hybrid's JAX modules keep the
+    names of the torch ones)."""
+    return dict([*model.named_parameters(), *model.named_buffers()])
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if not b.dtype.is_floating_point or a.numel() == 0:
+        return 0.0
+    return float((a.detach().double() - b.detach().double()).abs().max())
+
+
 class _Errors:
-    """Worst differences from the float64 reference, of hlobridge and of
-    eager float32 (see :func:`_check3`)."""
+    """The training checks (see the module docstring) and the figures they
+    measured: ``loss_err`` and ``loss_err_eager_f32`` (free-running losses
+    against eager float64's, recorded), ``loss_err_same_weights`` (the
+    asserted loss check), ``param_err``/``param_err_eager_f32`` (largest
+    elementwise differences from float64), ``param_rms``/
+    ``param_rms_eager_f32`` (RMS over the whole state), and
+    ``param_statistical`` (how many tensors needed the statistical
+    check)."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: ZooModel, e64: torch.nn.Module) -> None:
         self.worst: dict[str, float] = {}
+        self._loss_fn = zoo_loss(spec)
+        self._template = copy.deepcopy(e64)
+        self._start = {k: t.detach().clone() for k, t in _state(e64).items()}
 
-    def check(self, kind: str, got: torch.Tensor, e32: torch.Tensor, e64: torch.Tensor,
-              tol: dict[str, float], what: str, f32_err: float | None = None) -> None:
-        hb_err, own = _check3(got, e32, e64, tol, what, f32_err)
-        for key, v in ((f"{kind}_err", hb_err), (f"{kind}_err_eager_f32", own)):
-            self.worst[key] = max(self.worst.get(key, 0.0), v)
+    def _max(self, key: str, v: float) -> None:
+        self.worst[key] = max(self.worst.get(key, 0.0), v)
+
+    def loss_reference(self, model: torch.nn.Module, batch: tuple[torch.Tensor, ...]
+                       ) -> torch.Tensor:
+        """The loss eager float64 computes for ``batch`` from ``model``'s
+        weights and buffers as they are now (call before hlobridge's step)."""
+        m = copy.deepcopy(self._template)
+        src = _state(model)
+        with torch.no_grad():
+            for k, t in _state(m).items():
+                t.copy_(src[k].detach())
+            return self._loss_fn(m, *_f64(batch)).detach()
+
+    def loss(self, i: int, got: torch.Tensor, same_weights: torch.Tensor, e32: torch.Tensor,
+             e64: torch.Tensor) -> None:
+        """Step ``i``'s loss: exactly eager float64's from the same weights;
+        the free-running losses are recorded."""
+        self._max("loss_err_same_weights",
+                  check_exact(got, same_weights, LOSS_TOL, f"loss at step {i} (eager float64 "
+                              f"from hlobridge's weights at that step)"))
+        self._max("loss_err", _diff(got, e64))
+        self._max("loss_err_eager_f32", _diff(e32, e64))
 
     def state(self, model: torch.nn.Module, e32: torch.nn.Module, e64: torch.nn.Module,
               tol: dict[str, float], what: str) -> None:
-        """Every parameter and buffer; the float32 allowance is eager
-        float32's largest difference over the whole model state (rounding
-        made in one layer shows up in all the others). Matched by name (a
-        hybrid's JAX modules keep the names of the torch ones)."""
-        ours = dict([*model.named_parameters(), *model.named_buffers()])
-        f32 = dict([*e32.named_parameters(), *e32.named_buffers()])
-        f64 = dict([*e64.named_parameters(), *e64.named_buffers()])
+        """Every parameter and buffer after the steps: the statistical check
+        (integer buffers equal). Matched by name."""
+        ours, f32, f64 = _state(model), _state(e32), _state(e64)
         assert ours.keys() == f32.keys() == f64.keys(), sorted(ours.keys() ^ f32.keys())
-        scale = max((_max_diff(f32[k], f64[k]) for k in f32), default=0.0)
+        sq_hb = sq_f32 = 0.0
+        n = 0
+        statistical = 0
         for name, t in ours.items():
-            self.check("param", t, f32[name], f64[name], tol, f"{name} {what}", scale)
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    if not b.dtype.is_floating_point or a.numel() == 0:
-        return 0.0
-    return float((a.detach().double() - b.detach()).abs().max())
-
-
-def _check3(got: torch.Tensor, e32: torch.Tensor, e64: torch.Tensor, tol: dict[str, float],
-            what: str, f32_err: float | None = None) -> tuple[float, float]:
-    """Check hlobridge's float32 value ``got`` against eager torch in float64
-    (``e64``): within ``tol`` elementwise, or, where float32 itself is that
-    far off (the same steps in eager float32, ``e32``, are: ``f32_err``,
-    default this tensor's difference), no more than :data:`F32_FACTOR`
-    times that. Integer tensors must be equal. Returns hlobridge's and eager
-    float32's largest differences."""
-    got, e64 = got.detach(), e64.detach()
-    if not e64.dtype.is_floating_point:
-        torch.testing.assert_close(got, e64, rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
-        return 0.0, 0.0
-    own = _max_diff(e32, e64)
-    allowance = own if f32_err is None else f32_err
-    hb_err = _max_diff(got, e64)
-    if torch.allclose(got.double(), e64, **tol) or hb_err <= F32_FACTOR * allowance:
-        return hb_err, own
-    raise AssertionError(f"{what}: hlobridge differs from eager float64 by {hb_err:.3g} "
-                         f"(tolerance rtol={tol['rtol']}, atol={tol['atol']}); eager float32 "
-                         f"differs by {allowance:.3g}")
+            st = check_statistical(t, f32[name], f64[name], tol, f"{name} {what}",
+                                   self._start[name])
+            if f64[name].dtype.is_floating_point:
+                sq_hb += st.hb_rms ** 2 * t.numel()
+                sq_f32 += st.f32_rms ** 2 * t.numel()
+                n += t.numel()
+            statistical += not st.elementwise
+            self._max("param_err", st.hb_max)
+            self._max("param_err_eager_f32", _diff(f32[name], f64[name]))
+        self.worst["param_rms"] = (sq_hb / max(n, 1)) ** 0.5
+        self.worst["param_rms_eager_f32"] = (sq_f32 / max(n, 1)) ** 0.5
+        self.worst["param_statistical"] = float(statistical)
 
 
 def _batches(spec: ZooModel, n: int) -> list[tuple[torch.Tensor, ...]]:
@@ -205,8 +231,9 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | No
     compiled = torch.compile(model, backend="hlobridge", dynamic=False)
     opts = [torch.optim.SGD(m.parameters(), lr=SGD_LR * spec.lr_scale, momentum=0.9)
             for m in (model, e32, e64)]
-    errs = _Errors()
+    errs = _Errors(spec, e64)
     for i, batch in enumerate(_batches(spec, 2)):
+        same_weights = errs.loss_reference(model, batch)
         losses = []
         for m, opt, b in zip((compiled, e32, e64), opts, (batch, batch, _f64(batch))):
             with _unwrapped():
@@ -218,8 +245,8 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | No
                     seen.note()
             opt.step()
             opt.zero_grad()
-            losses.append(loss)
-        errs.check("loss", *losses, LOSS_TOL, f"loss at step {i}")
+            losses.append(loss.detach())
+        errs.loss(i, losses[0], same_weights, losses[1], losses[2])
     errs.state(model, e32, e64, PARAM_TOL, "after 2 steps")
     return errs.worst
 
@@ -234,8 +261,9 @@ def _step(spec: ZooModel, model: torch.nn.Module, opt: Any,
     loss_fn = zoo_loss(spec)
     o32, o64 = make_ref_opt(e32.parameters()), make_ref_opt(e64.parameters())
     step = hb.compile_train_step(model, loss_fn, opt)
-    errs = _Errors()
+    errs = _Errors(spec, e64)
     for i, batch in enumerate(_batches(spec, 3)):
+        same_weights = errs.loss_reference(model, batch)
         loss = step(*batch)
         if seen is not None:
             seen.note()
@@ -245,8 +273,8 @@ def _step(spec: ZooModel, model: torch.nn.Module, opt: Any,
             ref_loss = loss_fn(m, *b)
             ref_loss.backward()
             o.step()
-            ref_losses.append(ref_loss)
-        errs.check("loss", loss, *ref_losses, LOSS_TOL, f"loss at step {i}")
+            ref_losses.append(ref_loss.detach())
+        errs.loss(i, loss, same_weights, *ref_losses)
     errs.state(model, e32, e64, tol, "after 3 steps")
     return errs.worst
 
