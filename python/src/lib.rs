@@ -12,6 +12,7 @@
 //! Rust logs reach Python's `logging` through [`logging`].
 
 mod accel;
+mod artifact;
 mod config;
 mod device_runtime;
 mod dlpack;
@@ -67,6 +68,7 @@ fn format_module(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::install();
     errors::register(m)?;
+    artifact::register(m)?;
     m.add_function(wrap_pyfunction!(format_module, m)?)?;
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<executable::Executable>()?;

@@ -154,3 +154,114 @@ def test_rust_tch_example_matches_eager(exported: tuple[Hybrid, Path], tmp_path:
     got = torch.from_numpy(np.load(tmp_path / "out" / "output.npy"))
     with torch.no_grad():
         torch.testing.assert_close(got, model(x), atol=ATOL, rtol=0)
+
+
+def test_run_uses_the_verified_bytes_not_the_files(exported: tuple[Hybrid, Path], tmp_path: Path) -> None:
+    """``Artifact.run`` after ``load`` runs what was verified: the weights
+    file multiplied by 100 on disk afterwards changes nothing (and a new
+    ``load`` refuses the changed file by its hash)."""
+    import shutil
+    import struct
+
+    model, src = exported
+    d = tmp_path / "copy"
+    shutil.copytree(src, d)
+    art = hb.export.load(d)
+    x = torch.randn(4, 16)
+    before = art.run(x=x)["output"]
+    # Rewrite every f32 weight as x100, same layout and size.
+    w = bytearray((d / "weights.safetensors").read_bytes())
+    (n,) = struct.unpack("<Q", w[:8])
+    header = json.loads(w[8:8 + n])
+    for name, e in header.items():
+        if name == "__metadata__" or e["dtype"] != "F32":
+            continue
+        b, end = e["data_offsets"]
+        vals = torch.frombuffer(bytearray(w[8 + n + b:8 + n + end]), dtype=torch.float32) * 100
+        w[8 + n + b:8 + n + end] = vals.numpy().tobytes()
+    (d / "weights.safetensors").write_bytes(bytes(w))
+    (d / "module.b4.mlir").write_text("garbage")
+    after = art.run(x=x)["output"]
+    torch.testing.assert_close(after, before, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(after, model(x), atol=ATOL, rtol=0)
+    with pytest.raises(hb.export.ExportError):
+        hb.export.load(d)
+
+
+def test_symlinks_and_devices_are_refused_unread(exported: tuple[Hybrid, Path], tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    _, src = exported
+    d = tmp_path / "links"
+    shutil.copytree(src, d)
+    (d / "weights.safetensors").unlink()
+    os.symlink("/dev/zero", d / "weights.safetensors")
+    with pytest.raises(hb.export.ExportError, match="symbolic link"):
+        hb.export.load(d)
+    (d / "weights.safetensors").unlink()
+    os.symlink(src / "weights.safetensors", d / "weights.safetensors")
+    with pytest.raises(hb.export.ExportError, match="symbolic link"):
+        hb.export.load(d)
+
+
+class _Lin(torch.nn.Module):
+    def __init__(self, reduce: str) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 3)
+        self.reduce = reduce
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if self.reduce == "sum":
+            return y.sum(0, keepdim=True)
+        if self.reduce == "center":
+            return y - y.mean(0, keepdim=True)
+        return torch.relu(y)
+
+
+def test_outputs_must_carry_the_batch_at_every_size(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    m = _Lin("sum").eval()
+    # At batch 1 the [1, 3] output looks right; at 4 it is not [4, 3].
+    with pytest.raises(hb.export.ExportError, match="does not carry the batch"):
+        hb.export(m, torch.randn(1, 6), path=tmp_path / "s", batch_dim=0, batch_sizes=[1, 4])
+
+
+def test_rows_mixing_models_are_recorded_and_never_batched(tmp_path: Path) -> None:
+    torch.manual_seed(4)
+    ok = hb.export(_Lin("relu").eval(), torch.randn(2, 6), path=tmp_path / "r", batch_dim=0,
+                   batch_sizes=[1, 4])
+    assert ok.rows_independent is True and "batching_refused" not in ok.manifest
+    center = _Lin("center").eval()
+    mixed = hb.export(center, torch.randn(2, 6), path=tmp_path / "c", batch_dim=0, batch_sizes=[1, 4])
+    assert mixed.rows_independent is False
+    assert "mixes rows" in mixed.manifest["batching_refused"]
+    loaded = hb.export.load(tmp_path / "c")
+    assert loaded.manifest["rows_independent"] is False
+    # Exact batch sizes still run (no padding involved).
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.run(x=x)["output"], center(x), atol=ATOL, rtol=0)
+
+
+class _NamedX(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.x = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.x
+
+
+def test_an_argument_named_like_a_parameter_is_refused(tmp_path: Path) -> None:
+    m = _NamedX().eval()
+    with pytest.raises(hb.export.ExportError, match="'x' is both"):
+        hb.export(m, torch.randn(2, 4), path=tmp_path / "n")
+    # Named apart, it exports and runs.
+    art = hb.export(m, torch.randn(2, 4), path=tmp_path / "n", input_names=["inp"])
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(hb.export.load(tmp_path / "n").run(inp=x)["output"], m(x))
+    assert sorted(p["name"] for p in art.manifest["params"]) == ["inp", "x"]

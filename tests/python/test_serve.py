@@ -75,6 +75,7 @@ def _good(c: hb.serve.Client, model: Hybrid) -> None:
     ("unknown_input", "INVALID_ARGUMENT"),
     ("oversized", "OUT_OF_RANGE"),
     ("garbage", "INTERNAL"),
+    ("duplicate_input", "INVALID_ARGUMENT"),
 ])
 def test_bad_request_status_and_server_keeps_serving(artifact: tuple[Hybrid, Path], server: str,
                                                      case: str, code: str) -> None:
@@ -93,6 +94,11 @@ def test_bad_request_status_and_server_keeps_serving(artifact: tuple[Hybrid, Pat
                 c.predict(x=torch.randn(2, 16), secret_name_42=torch.zeros(1))
             elif case == "oversized":
                 c.predict(x=torch.randn(8, 4096))
+            elif case == "duplicate_input":
+                # The same input twice: refused, not "the last one wins".
+                from hlobridge.serve import encode_predict
+
+                c.predict_raw(encode_predict([("x", torch.randn(2, 16)), ("x", torch.randn(2, 16))]))
             else:
                 c.predict_raw(b"\xff\xfe garbage \x00\x01\x02" * 5)
         assert ei.value.code == code, ei.value
@@ -163,11 +169,23 @@ def test_sigterm_drains_requests_in_flight(artifact: tuple[Hybrid, Path]) -> Non
             except hb.serve.ServeError as e:
                 results.append(e)
 
+    probe = hb.serve.Client(addr)
+    assert probe.health() == "SERVING"
     threads = [threading.Thread(target=call, args=(x,)) for x in xs]
     for t in threads:
         t.start()
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    # Draining: the open connection hears NOT_SERVING; new connections are
+    # refused at once (not left to hang until their deadline).
+    assert probe.health() == "NOT_SERVING"
+    probe.close()
+    import socket
+
+    host, port = addr.rsplit(":", 1)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=5).close()
     for t in threads:
         t.join(60)
     assert proc.wait(timeout=60) == 0
@@ -233,3 +251,56 @@ def test_rust_tch_client_equals_eager(artifact: tuple[Hybrid, Path], server: str
         assert r.returncode == 0, r.stderr
         got = torch.from_numpy(np.load(tmp_path / f"out{b}" / "output.npy"))
         torch.testing.assert_close(got, _expect(model, x), atol=ATOL, rtol=0)
+
+
+def test_batching_is_refused_for_a_model_that_mixes_rows(tmp_path: Path) -> None:
+    class Center(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            return y - y.mean(0, keepdim=True)
+
+    path = tmp_path / "center"
+    hb.export(Center().eval(), torch.randn(4, 16), path=path, batch_dim=0, batch_sizes=[1, 4])
+    from harness import binary_cmd, find_binary
+
+    binary = find_binary()
+    assert binary is not None
+    r = subprocess.run([*binary_cmd(binary), "serve", str(path), "--addr", "127.0.0.1:0", "--batching"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "--batching refused" in r.stderr, r.stderr
+    # Without --batching it serves exact batch sizes only (no padding).
+    proc, addr = start_server(path)
+    try:
+        with hb.serve.Client(addr) as c:
+            assert c.predict(x=torch.randn(4, 16))["output"].shape == (4, 4)
+            with pytest.raises(hb.serve.ServeError) as ei:
+                c.predict(x=torch.randn(3, 16))
+            assert ei.value.code == "INVALID_ARGUMENT"
+    finally:
+        stop_server(proc)
+
+
+def test_one_log_line_per_request(artifact: tuple[Hybrid, Path]) -> None:
+    model, path = artifact
+    proc, addr = start_server(path, "--log-level", "info")
+    try:
+        with hb.serve.Client(addr) as c:
+            _good(c, model)
+            with pytest.raises(hb.serve.ServeError):
+                c.predict(x=torch.randn(2, 16), secret_name_42=torch.zeros(1))
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=60)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    stop_server(proc)  # closes its pipes
+    lines = [ln for ln in err.splitlines() if "Predictor/Predict" in ln]
+    assert len(lines) == 2, err
+    assert "status=Ok" in lines[0] and "batch=2" in lines[0] and "run_ms=" in lines[0]
+    assert "status=InvalidArgument" in lines[1]
+    assert "secret_name_42" not in err

@@ -139,10 +139,40 @@ pub fn check_weights(m: &Manifest, entries: &BTreeMap<String, TensorEntry>) -> R
 
 /// Reads and verifies the artifact in `dir` (see the module docs).
 pub fn read_artifact(dir: &Path) -> Result<Verified> {
+    read_artifact_for(dir, None)
+}
+
+/// [`read_artifact`], also requiring the producers the manifest records
+/// (`torch`, `jax`...) to have the versions in `installed` (checked before
+/// any file but the manifest is read): a [`ArtifactError::Version`] naming
+/// each difference otherwise.
+pub fn read_artifact_for(
+    dir: &Path,
+    installed: Option<&BTreeMap<String, String>>,
+) -> Result<Verified> {
     let mpath = dir.join("manifest.json");
     let text = String::from_utf8(read_regular(&mpath, MAX_MANIFEST, None)?)
         .map_err(|_| ArtifactError::Manifest("not UTF-8".into()))?;
     let manifest = Manifest::parse(&text)?;
+    if let Some(have) = installed {
+        let diff: Vec<String> = manifest
+            .producers
+            .iter()
+            .filter(|(k, v)| have.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                format!(
+                    "{k}: artifact {v}, installed {}",
+                    have.get(k).map_or("none", |s| s.as_str())
+                )
+            })
+            .collect();
+        if !diff.is_empty() {
+            return Err(ArtifactError::Version(format!(
+                "producer versions differ ({}); pass check_producers=False to load anyway",
+                diff.join("; ")
+            )));
+        }
+    }
     let file = |name: &str| -> PathBuf { dir.join(name) };
     let mut modules = Vec::with_capacity(manifest.modules.len());
     for f in &manifest.modules {

@@ -1,0 +1,589 @@
+"""``hb.export``: write a fused program as a deployable artifact directory,
+and :func:`load` to read one back (in-process) with its checks.
+
+An artifact (docs/deploy.md) holds:
+
+- the stitched StableHLO module, one file per exported batch size
+  (``module.mlir``, or ``module.b{N}.mlir`` with ``batch_sizes``);
+- the parameters, buffers and captured constants as ``weights.safetensors``;
+- ``manifest.json``: named inputs (``params``, in program order, with
+  ``weight: true`` for those bound from the weights file) and ``outputs``
+  with shapes and MLIR dtypes, the producers' versions (torch, torch_xla,
+  jax, jaxlib), hlobridge's version, the batch dim, each file's size, the
+  row-independence check (``rows_independent``, ``batching_refused``), and
+  ``content_hash``.
+
+The format is defined once, in Rust (the ``hlobridge-artifact`` crate):
+this module writes and reads artifacts through the extension
+(``_native.artifact_write`` / ``artifact_read``), so the writer, the
+reader's checks (regular files only, sizes capped before reading, each file
+read once, content hash, weights against the manifest) and the hash are the
+ones ``hlobridge serve`` and the Rust runtime use. :class:`Artifact` runs
+from the verified bytes it holds in memory: changing the files after
+:func:`load` changes nothing.
+
+Batching checks at export (with ``batch_dim``): every output must carry the
+batch at every exported batch size (else :class:`ExportError`), and the rows
+must be independent -- permuting the example batch must permute the
+outputs, and changing the other rows must leave a row's outputs alone. A
+model that mixes rows is still exported, with ``rows_independent: false``
+and the reason in ``batching_refused``: servers then neither pad its
+requests nor batch them together (``hlobridge serve --batching`` refuses it
+by name).
+
+What can be exported:
+
+- an ``nn.Module`` (or any torch callable): its inference forward, captured
+  exactly as ``torch.compile(backend="hlobridge")`` does (Dynamo with
+  ``fullgraph=True``, AOTAutograd, torch pieces by torch_xla, ``call_jax``
+  pieces by ``jax.jit``, stitched into ONE module); parameters and buffers
+  become weights;
+- a JAX function (``kind="jax"``, or any ``jax.jit``-wrapped function),
+  lowered like ``call_jax`` (Pallas kernels in interpret mode on CPU);
+- a stitched plan (:class:`hlobridge.stitching.StitchedProgram`).
+
+For the last two, ``weights=`` names which example inputs are weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hlobridge import _native
+from hlobridge.errors import ArgumentError, BridgeError, DtypeError
+
+__all__ = ["Artifact", "ArtifactHashError", "ArtifactVersionError", "ExportError", "export", "load"]
+
+FORMAT = _native.ARTIFACT_FORMAT
+WEIGHTS_FILE = "weights.safetensors"
+
+try:  # the package-wide error module, once it defines them
+    from hlobridge.errors import (  # type: ignore[attr-defined]
+        ArtifactHashError,
+        ArtifactVersionError,
+        ExportError,
+    )
+except ImportError:
+
+    class ExportError(BridgeError):  # type: ignore[no-redef]
+        """A program cannot be exported, or an artifact is malformed or refused."""
+
+    class ArtifactHashError(ExportError):  # type: ignore[no-redef]
+        """An artifact's files do not match its manifest's content hash."""
+
+    class ArtifactVersionError(ExportError):  # type: ignore[no-redef]
+        """An artifact was written by an incompatible format, hlobridge or producer version."""
+
+
+def _torch_dtype(mlir: str) -> torch.dtype:
+    from hlobridge._src.dtypes import DTYPES
+
+    for t, (m, _) in DTYPES.items():
+        if m == mlir:
+            return t
+    raise ExportError(f"dtype {mlir!r} has no torch dtype")
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    t = t.detach().cpu().contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes()  # type: ignore[no-any-return]
+
+
+def _from_bytes(data: bytes, mlir: str, shape: Sequence[int]) -> torch.Tensor:
+    dt = _torch_dtype(mlir)
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dt).reshape(list(shape))
+
+
+def producer_versions() -> dict[str, str]:
+    """Installed versions of the producers an artifact records."""
+    from importlib import metadata
+
+    out = {}
+    for dist, key in (("torch", "torch"), ("torch-xla", "torch_xla"), ("jax", "jax"), ("jaxlib", "jaxlib")):
+        try:
+            out[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+# -- capture -----------------------------------------------------------------------
+
+
+@dataclass
+class _Captured:
+    text: str
+    params: list[dict[str, Any]]
+    weights: list[tuple[str, torch.Tensor]]
+    outputs: list[dict[str, Any]]
+    results: list[torch.Tensor]
+    """The program's outputs on the example inputs (for the caller's checks)."""
+    exe: Any
+    """The compiled program."""
+    args: list[torch.Tensor]
+    """Its arguments on the example inputs, in program order (``params``)."""
+
+
+def _mlir_dtype(dt: torch.dtype) -> str:
+    from hlobridge._src.dtypes import DTYPES
+
+    entry = DTYPES.get(dt)
+    if entry is None:
+        raise ExportError(f"dtype {dt} is not supported")
+    return entry[0]
+
+
+def _spec(name: str, t: torch.Tensor, weight: bool | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "dtype": _mlir_dtype(t.dtype), "shape": list(t.shape)}
+    if weight is not None:
+        d["weight"] = weight
+    return d
+
+
+def _recording_backend(record: list[tuple[Any, list[Any]]]) -> Callable[..., Any]:
+    """The ``"hlobridge"`` backend (same decompositions, attention and
+    collective checks) whose inference compiler also records the arguments
+    each compiled graph is called with."""
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from hlobridge._src.distributed_guard import check_fx_collectives
+        from hlobridge._src.dynamo.engine import decompositions
+        from hlobridge._src.dynamo.program import CompiledGraph
+
+        check_fx_collectives(gm)
+
+        def compiler(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
+            cg = CompiledGraph(g, "export")
+
+            def run(*args: Any) -> Any:
+                flat = list(args[0]) if len(args) == 1 and type(args[0]) is list else list(args)
+                record.append((cg, flat))
+                return cg(flat)
+
+            run._boxed_call = True  # type: ignore[attr-defined]
+            return run
+
+        def no_backward(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
+            raise ExportError("export captures inference; call it under torch.no_grad()")
+
+        aot = aot_autograd(fw_compiler=compiler, bw_compiler=no_backward, inference_compiler=compiler,
+                           decompositions=decompositions())
+        with sdpa_kernel([SDPBackend.MATH]):
+            return aot(gm, example_inputs, **kwargs)
+
+    return backend
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype
+            and a.stride() == b.stride())
+
+
+def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str]) -> _Captured:
+    import torch._dynamo
+
+    if isinstance(fn, torch.nn.Module) and fn.training:
+        raise ExportError("export captures inference: call model.eval() first")
+    named: list[tuple[str, torch.Tensor]] = []
+    if isinstance(fn, torch.nn.Module):
+        named = [*fn.named_parameters(), *fn.named_buffers()]
+    record: list[tuple[Any, list[Any]]] = []
+    compiled = torch.compile(fn, backend=_recording_backend(record), dynamic=False, fullgraph=True)
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    try:
+        with torch.no_grad(), torch._dynamo.config.patch(**{limit: 1024}):
+            compiled(*args)
+    except BridgeError:
+        raise
+    except Exception as e:  # Dynamo wraps backend errors
+        inner = getattr(e, "inner_exception", None)
+        if isinstance(inner, BridgeError):
+            raise inner from None
+        raise ExportError(f"capturing the forward failed: {type(e).__name__}: {e}") from e
+    if len(record) != 1:
+        raise ExportError(f"the forward ran {len(record)} compiled graphs; export needs exactly one")
+    cg, gargs = record[0]
+    prog = cg._last
+    if prog is None:
+        raise ExportError("the captured graph did not build a program")
+    if cg.random_inputs:
+        raise ExportError("the forward draws random numbers (dropout in training mode?); "
+                          "export captures a deterministic inference program")
+    params: list[dict[str, Any]] = []
+    weights: list[tuple[str, torch.Tensor]] = []
+    used_names: set[str] = set()
+    for i in prog.inputs:
+        t = gargs[i]
+        user = next((k for k, x in enumerate(args) if _same(t, x)), None)
+        if user is not None:
+            params.append(_spec(names[user], t, False))
+            continue
+        name = next((n for n, p in named if _same(t, p.detach()) and n not in used_names), None)
+        if name is None:
+            name = f"_captured{len(weights)}"
+        used_names.add(name)
+        params.append(_spec(name, t, True))
+        weights.append((name, t))
+    for k, c in enumerate(prog.constants):
+        name = f"_const{k}"
+        params.append(_spec(name, c, True))
+        weights.append((name, c))
+    # Program results, named by the first graph output that returns each.
+    n_res = 1 + max((o[1] for o in prog.outputs if o is not None and o[0] == "prog"), default=-1)
+    out_names: list[str | None] = [None] * n_res
+    for k, o in enumerate(prog.outputs):
+        if o is None or o[0] != "prog":
+            raise ExportError(f"output {k} of the forward is not computed by the program (an input "
+                              f"returned unchanged, or None); export needs computed outputs")
+        if out_names[o[1]] is None:
+            out_names[o[1]] = f"output_{k}" if len(prog.outputs) > 1 else "output"
+    ins = [gargs[i].contiguous() for i in prog.inputs] + list(prog.constants)
+    results = _run_text_once(prog.exe, ins)
+    outputs = [_spec(n or f"result_{j}", r) for j, (n, r) in enumerate(zip(out_names, results))]
+    return _Captured(prog.text, params, weights, outputs, results, prog.exe, ins)
+
+
+def _run_text_once(exe: Any, ins: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    from torch.utils.dlpack import from_dlpack
+
+    from hlobridge._src.dtypes import CODES
+
+    ins = [t.contiguous() for t in ins]
+    caps, *_ = _native.execute(exe, [t.data_ptr() for t in ins], [tuple(t.shape) for t in ins],
+                               [CODES[t.dtype] for t in ins], list(ins))
+    return [from_dlpack(c).clone() for c in caps]
+
+
+def _capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str],
+                 weight_pos: set[int]) -> _Captured:
+    import jax
+
+    from hlobridge._src.dtypes import DTYPES, X64
+    from hlobridge._src.pallas_auto import lower_traced
+
+    platform = _native.runtime().platform
+    sds = [jax.ShapeDtypeStruct(tuple(x.shape), DTYPES[x.dtype][1]) for x in args]  # type: ignore[no-untyped-call]
+    need_x64 = any(x.dtype in X64 for x in args)
+    with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
+        traced = jax.jit(fn, keep_unused=True).trace(*sds)
+        text = lower_traced(traced, platform).as_text()
+    return _finish_text(text, args, names, weight_pos)
+
+
+def _finish_text(text: str, args: Sequence[torch.Tensor], names: list[str],
+                 weight_pos: set[int]) -> _Captured:
+    exe, _hit = _native.compile(text)
+    results = _run_text_once(exe, args)
+    params = [_spec(n, x, k in weight_pos) for k, (n, x) in enumerate(zip(names, args))]
+    weights = [(n, x) for k, (n, x) in enumerate(zip(names, args)) if k in weight_pos]
+    outs = [_spec(f"output_{j}" if len(results) > 1 else "output", r) for j, r in enumerate(results)]
+    return _Captured(text, params, weights, outs, results, exe, list(args))
+
+
+def _input_names(what: Any, n: int, given: Sequence[str] | None) -> list[str]:
+    if given is not None:
+        names = list(given)
+        if len(names) != n or len(set(names)) != n:
+            raise ExportError(f"input_names: need {n} distinct names, got {names}")
+        return names
+    try:
+        fn = what.forward if isinstance(what, torch.nn.Module) else what
+        ps = [p.name for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        ps = []
+    return ps[:n] if len(ps) >= n else [f"input_{k}" for k in range(n)]
+
+
+def _resize(x: torch.Tensor, dim: int, b: int) -> torch.Tensor:
+    idx = torch.arange(b) % x.shape[dim]
+    return x.index_select(dim, idx).contiguous()
+
+
+# -- batching checks ---------------------------------------------------------------
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        scale = float(b.abs().max()) if b.numel() else 0.0
+        return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6 * max(1.0, scale), equal_nan=True))
+    return bool(torch.equal(a, b))
+
+
+def _rows_mixed(cap: _Captured, b: int, bd: int) -> str | None:
+    """Why the rows of ``cap`` (captured at batch size ``b`` >= 2) are not
+    independent, or ``None``: permuting the batch must permute the outputs,
+    and making every row a copy of row 0 must leave row 0's outputs alone."""
+    inputs = [k for k, p in enumerate(cap.params) if not p["weight"]]
+
+    def run_with(idx: torch.Tensor) -> list[torch.Tensor]:
+        args = list(cap.args)
+        for k in inputs:
+            args[k] = args[k].index_select(bd, idx).contiguous()
+        return _run_text_once(cap.exe, args)
+
+    perm = torch.roll(torch.arange(b), 1)  # every row moves
+    for o, got, base in zip(cap.outputs, run_with(perm), cap.results):
+        if not _close(got, base.index_select(bd, perm)):
+            return (f"output {o['name']}: permuting the example batch along dim {bd} does not "
+                    f"permute the output rows")
+    row0 = torch.zeros(b, dtype=torch.long)
+    first = torch.zeros(1, dtype=torch.long)
+    for o, got, base in zip(cap.outputs, run_with(row0), cap.results):
+        if not _close(got.index_select(bd, first), base.index_select(bd, first)):
+            return (f"output {o['name']}: a row's output changes when the other rows of the batch "
+                    f"change (the model mixes rows along dim {bd})")
+    return None
+
+
+# -- the artifact ------------------------------------------------------------------
+
+
+@dataclass
+class Artifact:
+    """A verified artifact held in memory: its manifest, module texts and
+    weights (read once by :func:`load`, or just written by :func:`export`),
+    and (after :func:`export`) the exported program's outputs on the example
+    inputs. :meth:`run` uses only what is held here; the files are not read
+    again."""
+
+    path: Path
+    manifest: dict[str, Any]
+    example_outputs: dict[str, torch.Tensor] | None = None
+    _modules: dict[str, str] = field(default_factory=dict, repr=False)
+    _weights: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    _exes: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.manifest["content_hash"])
+
+    @property
+    def rows_independent(self) -> bool | None:
+        """Whether the exporter found every output row to depend only on its
+        own input row (``None``: not checked)."""
+        v = self.manifest.get("rows_independent")
+        return None if v is None else bool(v)
+
+    def _check(self, name: str, t: torch.Tensor, spec: dict[str, Any], bd: int | None) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise ArgumentError(f"input {name} must be a torch tensor")
+        want = _torch_dtype(spec["dtype"])
+        if t.dtype != want:
+            raise DtypeError(f"input {name}: dtype must be {want}, not {t.dtype}")
+        shape = list(spec["shape"])
+        if len(t.shape) != len(shape) or any(
+                a != b and d != bd for d, (a, b) in enumerate(zip(t.shape, shape))):
+            raise ArgumentError(f"input {name}: shape must be {shape}"
+                                + ("" if bd is None else f" (any exported batch size along dim {bd})"))
+
+    def run(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Run the artifact in this process (hlobridge's runtime) on named
+        inputs; the batch size must be one of the exported ones."""
+        from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
+
+        m = self.manifest
+        specs = {p["name"]: p for p in m["params"] if not p["weight"]}
+        unknown = set(inputs) - set(specs)
+        if unknown:
+            raise ArgumentError("unknown inputs: " + ", ".join(sorted(unknown)))
+        missing = [n for n in specs if n not in inputs]
+        if missing:
+            raise ArgumentError("missing inputs: " + ", ".join(missing))
+        bd = m.get("batch_dim")
+        for n, spec in specs.items():
+            self._check(n, inputs[n], spec, bd)
+        module = m["modules"][0]
+        if bd is not None:
+            sizes = {int(inputs[n].shape[bd]) for n in specs}
+            b = sizes.pop() if len(sizes) == 1 else None
+            if b is None:
+                raise ArgumentError("inputs disagree on the batch size")
+            module = next((f for f in m["modules"] if f["batch"] == b), None)
+            if module is None:
+                raise ArgumentError(f"batch size {b} was not exported "
+                                    f"(exported: {[f['batch'] for f in m['modules']]})")
+        args = [self._weights[p["name"]] if p["weight"] else inputs[p["name"]].contiguous()
+                for p in m["params"]]
+        t0 = time.perf_counter()
+        file = module["file"]
+        exe = self._exes.get(file)
+        cache: Any = "hit"
+        compile_s = 0.0
+        if exe is None:
+            exe, hit = _native.compile(self._modules[file])
+            compile_s = time.perf_counter() - t0
+            cache = "content" if hit else "miss"
+            self._exes[file] = exe
+        from hlobridge._src.dtypes import CODES
+        from torch.utils.dlpack import from_dlpack
+
+        seg = Segment(f"export:{self.path.name}/{file}", "hlobridge", self.content_hash,
+                      len(args), len(m["outputs"]))
+        outs = run_and_record(exe, args, platform=_native.runtime().platform, segments=[seg],
+                              accounting=compile_accounting(cache, compile_s), t0=t0,
+                              wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
+                              codes=[CODES[t.dtype] for t in args])
+        return {o["name"]: t for o, t in zip(m["outputs"], outs)}
+
+
+def _check_names(params: list[dict[str, Any]]) -> None:
+    seen: dict[str, bool] = {}
+    for p in params:
+        if p["name"] in seen:
+            kinds = {True: "a parameter or buffer of the model", False: "a forward argument"}
+            raise ExportError(
+                f"the name {p['name']!r} is both {kinds[seen[p['name']]]} and {kinds[p['weight']]}; "
+                f"pass input_names=[...] to name the forward's arguments apart")
+        seen[p["name"]] = p["weight"]
+
+
+def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str],
+           kind: str = "auto", batch_dim: int | None = None,
+           batch_sizes: Sequence[int] | None = None, input_names: Sequence[str] | None = None,
+           weights: Sequence[int] = ()) -> Artifact:
+    """Export ``what`` for ``example_inputs`` into the directory ``path``
+    (created; existing artifact files are overwritten).
+
+    ``kind``: ``"torch"`` (an ``nn.Module`` or torch callable, captured like
+    ``torch.compile(backend="hlobridge")``), ``"jax"`` (a JAX function), or
+    ``"plan"`` (a :class:`~hlobridge._src.stitching.StitchedProgram`); ``"auto"``
+    picks ``plan`` for a stitched program, ``jax`` for a ``jax.jit``
+    function, else ``torch``. ``batch_dim``: the dim of every input and
+    output that is the batch (enables padding and dynamic batching in
+    ``hlobridge serve``); ``batch_sizes``: the batch sizes to compile (each a
+    module; default: the example's). Every output must carry the batch at
+    every size, and the rows are checked for independence (module docs).
+    ``weights``: positions of example inputs that are weights (``jax``/``plan``
+    only; a module's parameters and buffers are weights automatically).
+    """
+    from hlobridge._src.stitching import StitchedProgram
+
+    if kind == "auto":
+        kind = ("plan" if isinstance(what, StitchedProgram)
+                else "jax" if hasattr(what, "lower") and hasattr(what, "trace") else "torch")
+    if kind not in ("torch", "jax", "plan"):
+        raise ExportError(f"kind must be auto, torch, jax or plan, not {kind!r}")
+    args = list(example_inputs)
+    for k, x in enumerate(args):
+        if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+            raise ExportError(f"example input {k} must be a CPU torch tensor")
+    names = _input_names(what, len(args), input_names)
+    weight_pos = set(weights)
+    if kind == "torch" and weight_pos:
+        raise ExportError("weights= is for jax/plan exports; a module's parameters are weights already")
+    if batch_dim is None and batch_sizes is not None:
+        raise ExportError("batch_sizes needs batch_dim")
+    if batch_dim is not None:
+        for k, x in enumerate(args):
+            if k not in weight_pos and (x.dim() <= batch_dim or x.shape[batch_dim] != args[0].shape[batch_dim]):
+                raise ExportError(f"input {names[k]} has no batch dim {batch_dim} of the common size")
+    example_b = args[0].shape[batch_dim] if batch_dim is not None and args else None
+    sizes: list[int | None] = list(batch_sizes) if batch_sizes else [example_b]
+    if batch_dim is not None and any(not isinstance(b, int) or b < 1 for b in sizes):
+        raise ExportError("batch_sizes must be positive integers")
+    if len(set(sizes)) != len(sizes):
+        raise ExportError("batch_sizes must be distinct")
+
+    captures: list[tuple[int | None, _Captured]] = []
+    for b in sizes:
+        xs = args
+        if batch_dim is not None and b != example_b:
+            xs = [x if k in weight_pos else _resize(x, batch_dim, int(b)) for k, x in enumerate(args)]
+        if kind == "torch":
+            cap = _capture_torch(what, xs, names)
+        elif kind == "jax":
+            cap = _capture_jax(what, xs, names, weight_pos)
+        else:
+            if len(sizes) > 1:
+                raise ExportError("a stitched plan has fixed shapes: one batch size only")
+            cap = _finish_text(what.text, xs, names, weight_pos)
+        _check_names(cap.params)
+        captures.append((b, cap))
+
+    first = captures[0][1]
+    for b, cap in captures[1:]:
+        if [p["name"] for p in cap.params] != [p["name"] for p in first.params] or \
+                [p["weight"] for p in cap.params] != [p["weight"] for p in first.params]:
+            raise ExportError(f"batch size {b} captured a program with different parameters")
+        if len(cap.outputs) != len(first.outputs):
+            raise ExportError(f"batch size {b} captured a program with different outputs")
+    rows_independent: bool | None = None
+    refused: str | None = None
+    if batch_dim is not None:
+        for b, cap in captures:
+            for o in cap.outputs:
+                if len(o["shape"]) <= batch_dim or o["shape"][batch_dim] != b:
+                    raise ExportError(
+                        f"output {o['name']} has shape {o['shape']} at batch size {b}: it does not "
+                        f"carry the batch along dim {batch_dim}, so requests could not be split "
+                        f"back (export without batch_dim, or return per-row outputs)")
+        b_max, cap_max = max(((b, c) for b, c in captures), key=lambda bc: int(bc[0] or 0))
+        if b_max is not None and b_max >= 2:
+            refused = _rows_mixed(cap_max, int(b_max), batch_dim)
+            rows_independent = refused is None
+            if refused is not None:
+                refused = (f"{refused}; requests of this artifact are neither padded nor batched "
+                           f"together")
+
+    out_dir = Path(path)
+    modules = []
+    texts: list[tuple[str, str]] = []
+    for b, cap in captures:
+        fname = "module.mlir" if batch_dim is None else f"module.b{b}.mlir"
+        texts.append((fname, cap.text))
+        modules.append({"file": fname, "batch": b})
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "hlobridge_version": _native.__version__,
+        "producers": producer_versions(),
+        "kind": {"torch": "torch.compile", "jax": "jax", "plan": "plan"}[kind],
+        "params": first.params,
+        "outputs": first.outputs,
+        "batch_dim": batch_dim,
+        "modules": modules,
+        "weights_file": WEIGHTS_FILE,
+        "content_hash": "",
+    }
+    if rows_independent is not None:
+        manifest["rows_independent"] = rows_independent
+    if refused is not None:
+        manifest["batching_refused"] = refused
+    weights_in = [(n, _mlir_dtype(t.dtype), list(t.shape), _tensor_bytes(t)) for n, t in first.weights]
+    text = _native.artifact_write(str(out_dir), json.dumps(manifest), texts, weights_in)
+    same = next((cap for b, cap in captures if b == example_b), None)
+    example = None if same is None else {o["name"]: r for o, r in zip(first.outputs, same.results)}
+    held = {n: _from_bytes(d, dt, shape) for n, dt, shape, d in weights_in}
+    return Artifact(out_dir, json.loads(text), example, dict(texts), held)
+
+
+def load(path: str | os.PathLike[str], check_producers: bool = True) -> Artifact:
+    """Read an artifact once and verify it (through ``hlobridge-artifact``):
+    regular files only (no symlinks), sizes capped by the manifest before
+    reading, format and hlobridge version (major.minor), the content hash
+    over every file, the weights against the manifest's dtypes and shapes,
+    and (``check_producers``) that the producers recorded match those
+    installed here. Raises :class:`ArtifactHashError` /
+    :class:`ArtifactVersionError` / :class:`ExportError`. The returned
+    :class:`Artifact` runs from the bytes read here."""
+    d = Path(path)
+    text, modules, weights = _native.artifact_read(
+        str(d), producer_versions() if check_producers else None)
+    held = {n: _from_bytes(data, dt, shape) for n, dt, shape, data in weights}
+    return Artifact(d, json.loads(text), None, dict(modules), held)
