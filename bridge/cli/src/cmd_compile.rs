@@ -5,11 +5,14 @@
 //! fusions, custom calls / Pallas kernels and compile time.
 //!
 //! Targets and the compile itself live in [`pjrt_client::targets`] (shared
-//! with `hb.compile_for`). A program that does not fit the device's memory
+//! with `hb.compile_for`); for `cpu` the options and host lowering are the
+//! compile service's ([`hlobridge_compile::prepare`]), as for every runtime. A program that does not fit the device's memory
 //! (HBM, VMEM, shared memory) is the named `OutOfMemory` error, exit
 //! status 2; other errors exit 1.
 
+use crate::error::{CliError, Result};
 use clap::Args;
+use hlobridge_compile::CompilePolicy;
 use pjrt_client::targets::{compile_for_target, oom::human_bytes, Target, TargetKind};
 use pjrt_client::CompileOptions;
 use std::collections::BTreeMap;
@@ -45,42 +48,6 @@ pub struct CompileArgs {
     pub dump_optimized: Option<PathBuf>,
 }
 
-/// Errors of `hlobridge compile` (the name leads every message).
-#[derive(Debug, thiserror::Error)]
-pub enum CompileError {
-    /// A named error of the target compile (`UnknownTarget`,
-    /// `AcceleratorNotInstalled`, `OutOfMemory`: their messages lead with
-    /// the name).
-    #[error("{0}")]
-    Target(pjrt_client::Error),
-    /// The compiler rejected the program for another reason, or the input
-    /// could not be read.
-    #[error("CompileFailed: {0}")]
-    Failed(String),
-}
-
-impl From<pjrt_client::Error> for CompileError {
-    fn from(e: pjrt_client::Error) -> Self {
-        use pjrt_client::Error as E;
-        match e {
-            E::UnknownTarget(_) | E::AcceleratorNotInstalled { .. } | E::OutOfMemory { .. } => {
-                CompileError::Target(e)
-            }
-            e => CompileError::Failed(e.to_string()),
-        }
-    }
-}
-
-impl CompileError {
-    /// Process exit status: 2 for out-of-memory, else 1.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            CompileError::Target(pjrt_client::Error::OutOfMemory { .. }) => 2,
-            _ => 1,
-        }
-    }
-}
-
 /// Runs the subcommand.
 pub fn run(a: CompileArgs) -> ExitCode {
     match compile(&a) {
@@ -93,26 +60,27 @@ pub fn run(a: CompileArgs) -> ExitCode {
 }
 
 /// Reads FILE_OR_PLAN: a stitch plan (`.toml`/`.json`) is stitched first.
-fn read_program(file: &Path) -> Result<(String, hlobridge::ir::Module), CompileError> {
+fn read_program(file: &Path) -> Result<(String, hlobridge::ir::Module)> {
     let is_plan = matches!(
         file.extension().and_then(|e| e.to_str()),
         Some("toml") | Some("json")
     );
     if is_plan {
         let plan = hlobridge::stitch::Program::from_plan_file(file)
-            .map_err(|e| CompileError::Failed(format!("stitch plan: {e}")))?;
+            .map_err(|e| CliError::CompileFailed(format!("stitch plan: {e}")))?;
         let stitched = hlobridge::stitch::stitch(&plan)
-            .map_err(|e| CompileError::Failed(format!("stitching {}: {e}", file.display())))?;
+            .map_err(|e| CliError::CompileFailed(format!("stitching {}: {e}", file.display())))?;
         return Ok((format!("{} (stitched)", file.display()), stitched.module));
     }
-    let (name, text) = crate::cmd_inspect::read_input(file).map_err(CompileError::Failed)?;
+    let (name, text) =
+        crate::cmd_inspect::read_input(file).map_err(|e| CliError::CompileFailed(e.to_string()))?;
     let m = hlobridge::parse_module_named(&name, &text)
-        .map_err(|e| CompileError::Failed(format!("parse error: {e}")))?;
+        .map_err(|e| CliError::CompileFailed(format!("parse error: {e}")))?;
     Ok((name, m))
 }
 
-fn compile(a: &CompileArgs) -> Result<(), CompileError> {
-    let target = Target::resolve(&a.target, a.devices)?;
+fn compile(a: &CompileArgs) -> Result<()> {
+    let target = Target::resolve(&a.target, a.devices).map_err(CliError::target)?;
     let (name, m) = read_program(&a.file)?;
     let mut options: CompileOptions = crate::runtime::compile_options(&m);
     if let Some(n) = a.devices.filter(|&n| n > 1) {
@@ -137,14 +105,39 @@ fn compile(a: &CompileArgs) -> Result<(), CompileError> {
             debug_info: true,
         },
     );
-    let c = compile_for_target(&target, &program_text, &options, None)?;
+    let c = match target.kind {
+        // The CPU: a CPU client and the compile service's options and host
+        // lowering (with its fallback), so the program compiled is the one
+        // every runtime front end runs.
+        TargetKind::Cpu { devices } => {
+            let client = pjrt_client::Client::discover(
+                &pjrt_client::ClientOptions::new().cpu_device_count(devices as i64),
+            )
+            .map_err(CliError::target)?;
+            let prepared =
+                hlobridge_compile::prepare(&client, options, &CompilePolicy::uncached())?;
+            let (c, host) = prepared
+                .compile_with(&program_text, |t| {
+                    compile_for_target(&target, t, &prepared.options, Some(&client))
+                })
+                .map_err(|e| match e {
+                    hlobridge_compile::CompileError::Pjrt(e) => CliError::target(e),
+                    e => CliError::CompileFailed(e.to_string()),
+                })?;
+            tracing::info!(kernels = %host.kernels_line(), "hlobridge compile: host lowering");
+            c
+        }
+        _ => {
+            compile_for_target(&target, &program_text, &options, None).map_err(CliError::target)?
+        }
+    };
     if let Some(o) = &a.output {
         std::fs::write(o, &c.serialized)
-            .map_err(|e| CompileError::Failed(format!("writing {}: {e}", o.display())))?;
+            .map_err(|e| CliError::CompileFailed(format!("writing {}: {e}", o.display())))?;
     }
     if let (Some(p), Some(h)) = (&a.dump_optimized, &c.optimized_text) {
         std::fs::write(p, h)
-            .map_err(|e| CompileError::Failed(format!("writing {}: {e}", p.display())))?;
+            .map_err(|e| CliError::CompileFailed(format!("writing {}: {e}", p.display())))?;
     }
     if a.json {
         println!("{}", report_json(a, &name, &c));

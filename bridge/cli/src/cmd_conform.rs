@@ -17,6 +17,7 @@
 //! against the raw results.
 
 use crate::conform_case::{self, Case, CaseResult, Ctx, Sig};
+use crate::error::{CliError, Result};
 use crate::known_failures::{KnownFailures, ListCheck};
 use crate::runtime::{self, HostArray};
 use clap::Args;
@@ -155,7 +156,7 @@ struct FileResult {
 }
 
 /// Run `conform`.
-pub fn run(a: ConformArgs) -> Result<ExitCode, String> {
+pub fn run(a: ConformArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let known = a
         .known_failures
@@ -166,9 +167,9 @@ pub fn run(a: ConformArgs) -> Result<ExitCode, String> {
         .xla_options
         .iter()
         .map(|s| runtime::parse_xla_option(s))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let mut files = Vec::new();
-    collect_mlir(&a.dir, &mut files).map_err(|e| format!("{}: {e}", a.dir.display()))?;
+    collect_mlir(&a.dir, &mut files).map_err(|e| CliError::io(a.dir.display(), e))?;
     files.sort();
     let root = if a.dir.is_dir() {
         a.dir.clone()
@@ -187,15 +188,16 @@ pub fn run(a: ConformArgs) -> Result<ExitCode, String> {
             && !a.exclude.iter().any(|x| r.contains(x.as_str()))
     });
     if files.is_empty() {
-        return Err(format!(
+        return Err(CliError::Input(format!(
             "no .mlir files under {} match the filters",
             a.dir.display()
-        ));
+        )));
     }
 
     let (plugin, plugin_path) = runtime::load_plugin(a.plugin.as_deref())?;
+    hlobridge_compile::snapshot_environment();
     let client = Client::new(&plugin, &ClientOptions::new().cpu_device_count(1))
-        .map_err(|e| format!("creating PJRT client: {e}"))?;
+        .map_err(|e| CliError::Plugin(format!("creating PJRT client: {e}")))?;
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -217,7 +219,6 @@ pub fn run(a: ConformArgs) -> Result<ExitCode, String> {
         client: &client,
         generic: a.generic,
         xla_options: &xla_options,
-        lowering: hlobridge::lower::HostLowering::from_env(),
     };
 
     // Workers take files in order; results are printed in path order as

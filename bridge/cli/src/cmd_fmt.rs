@@ -1,5 +1,6 @@
 //! `hlobridge fmt FILE [--generic] [-o OUT]`.
 
+use crate::error::{CliError, Result};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -20,9 +21,10 @@ pub struct FmtArgs {
 }
 
 /// Run `fmt`.
-pub fn run(a: FmtArgs) -> Result<(), String> {
+pub fn run(a: FmtArgs) -> Result<()> {
     let (name, text) = crate::cmd_inspect::read_input(&a.file)?;
-    let m = hlobridge::parse_module_named(&name, &text).map_err(|e| e.to_string())?;
+    let m =
+        hlobridge::parse_module_named(&name, &text).map_err(|e| CliError::Parse(e.to_string()))?;
     let out = hlobridge::print_module(
         &m,
         &hlobridge::PrintOptions {
@@ -31,7 +33,7 @@ pub fn run(a: FmtArgs) -> Result<(), String> {
         },
     );
     match a.output {
-        Some(path) => std::fs::write(&path, out).map_err(|e| format!("{}: {e}", path.display())),
+        Some(path) => std::fs::write(&path, out).map_err(|e| CliError::io(path.display(), e)),
         None => crate::stdout::write(&out),
     }
 }

@@ -1,10 +1,12 @@
 //! `hlobridge run FILE [--plugin P] [--devices N] [--input KEY=FILE.npy]...
 //! [--xla-option NAME=VALUE]... [--out DIR]`: parse a module, print it,
-//! lower it for the host, compile it through PJRT, bind `.npy` inputs to
+//! lower it for the host and compile it, bind `.npy` inputs to
 //! the entry parameters ([`crate::bind`]), run it ([`crate::runtime`]) and
-//! write the outputs ([`crate::npy`]); prints a receipt.
+//! write the outputs ([`crate::npy`]); prints a receipt. Compiling is the
+//! compile service's ([`hlobridge_compile`]).
 
 use crate::bind::bind_inputs;
+use crate::error::{CliError, Result};
 use crate::npy::write_npy;
 use crate::runtime::{
     compile_options, execute, load_plugin, parse_xla_option, tensor_info, type_string,
@@ -12,7 +14,8 @@ use crate::runtime::{
 };
 use clap::Args;
 use hlobridge::ir::Module;
-use pjrt_client::{Client, ClientOptions, Program};
+use hlobridge_compile::CompilePolicy;
+use pjrt_client::{Client, ClientOptions};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -78,16 +81,17 @@ DebugOptions, whose defaults can differ from the plugin's (docs/conformance.md: 
 xla-cpu-pjrt 0.0.1, --xla-option \
 xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT \
 reproduces what jaxlib's options compute). Products eligible for the host GEMM kernels are \
-rewritten first (HLOBRIDGE_HOST_GEMM=off keeps them with XLA).
+rewritten first on the CPU plugin (HLOBRIDGE_HOST_GEMM=off / HLOBRIDGE_HOST_CONV=off keep them with XLA); compiling goes through the same compile service as the Python runtime and `hlobridge serve`.
 
 Receipt (stdout; --json for one JSON object): plugin, platform, devices, compile options, host \
-GEMM calls, parse/compile/run times, and one line per output: `output I: tensor<...> [-> PATH]`.";
+GEMM and convolution calls, the host kernels by name (`name=count`, the same list the Python runtime and `hlobridge serve` log), parse/compile/run times, and one line per output: `output I: tensor<...> [-> PATH]`.";
 
 /// Run `run`.
-pub fn run(a: RunArgs) -> Result<(), String> {
+pub fn run(a: RunArgs) -> Result<()> {
     let (name, text) = crate::cmd_inspect::read_input(&a.file)?;
     let t0 = Instant::now();
-    let m = hlobridge::parse_module_named(&name, &text).map_err(|e| format!("parse error: {e}"))?;
+    let m = hlobridge::parse_module_named(&name, &text)
+        .map_err(|e| CliError::Parse(format!("parse error: {e}")))?;
     let parse_time = t0.elapsed();
     let receipt = run_module(&name, &m, parse_time, &a.opts)?;
     if a.opts.json {
@@ -98,23 +102,25 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Bind `a`'s inputs to `m`'s entry, compile, run, write outputs; returns
-/// the receipt (shared by `run` and `stitch --run`).
+/// Bind `a`'s inputs to `m`'s entry, compile (through the compile service,
+/// [`hlobridge_compile`]: the same options, host lowering and fallback as
+/// the Python runtime and `hlobridge serve`; no caches), run, write
+/// outputs; returns the receipt (shared by `run` and `stitch --run`).
 pub(crate) fn run_module(
     name: &str,
     m: &Module,
     parse_time: std::time::Duration,
     a: &RunOpts,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value> {
     // Bind inputs before touching the plugin, so binding errors are cheap.
     let xla_options = a
         .xla_options
         .iter()
         .map(|s| parse_xla_option(s))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let inputs = bind_inputs(m, &a.inputs)?;
 
-    let mut program = hlobridge::print_module(
+    let program = hlobridge::print_module(
         m,
         &hlobridge::PrintOptions {
             generic: a.generic,
@@ -122,37 +128,21 @@ pub(crate) fn run_module(
         },
     );
     let (plugin, plugin_path) = load_plugin(a.plugin.as_deref())?;
+    hlobridge_compile::snapshot_environment();
     let client = Client::new(
         &plugin,
         &ClientOptions::new().cpu_device_count(a.devices.max(1) as i64),
     )
-    .map_err(|e| format!("creating PJRT client: {e}"))?;
-    let mut host_gemm = 0;
-    if client.host_kernels().gemm {
-        if let Some((lowered, report)) = hlobridge::lower::lower_text_for_host(
-            &program,
-            &hlobridge::lower::HostLowering::from_env(),
-        ) {
-            host_gemm = report.rewritten;
-            program = lowered;
-        }
-    }
-    let mut options = compile_options(m);
-    options.xla_options = pjrt_client::with_cpu_semantics(xla_options);
-    let need = options.num_partitions * options.num_replicas;
-    if need > client.device_count() {
-        return Err(format!(
-            "the module needs {need} devices (mhlo.num_partitions = {}, mhlo.num_replicas = {}) but the client has {}; pass --devices {need}",
-            options.num_partitions,
-            options.num_replicas,
-            client.device_count()
-        ));
-    }
+    .map_err(|e| CliError::Plugin(format!("creating PJRT client: {e}")))?;
+    let policy = CompilePolicy::uncached().with_xla_overrides(xla_options);
+    let options = hlobridge_compile::prepare(&client, compile_options(m), &policy)?.options;
     let t1 = Instant::now();
-    let exe = client
-        .compile(&Program::mlir_text(&program), &options)
-        .map_err(|e| format!("compile error: {e}"))?;
+    let fetched = hlobridge_compile::compile(&client, &program, compile_options(m), &policy)?;
     let compile_time = t1.elapsed();
+    let compiled = &fetched.compiled;
+    let exe = &compiled.exe;
+    let host = &compiled.host;
+    tracing::info!(kernels = %host.kernels_line(), "hlobridge run: compiled");
 
     let t2 = Instant::now();
     let global: Option<Vec<Vec<i64>>> = hlobridge::conform::entry_results(m).ok().map(|ts| {
@@ -160,7 +150,7 @@ pub(crate) fn run_module(
             .map(|&t| tensor_info(m, t).map(|(_, d)| d).unwrap_or_default())
             .collect()
     });
-    let outputs = execute(&client, &exe, &inputs, global.as_deref())?;
+    let outputs = execute(&client, exe, &inputs, global.as_deref())?;
     let run_time = t2.elapsed();
 
     let mut receipt = serde_json::json!({
@@ -171,13 +161,17 @@ pub(crate) fn run_module(
         "devices": client.addressable_devices().iter().map(|d| d.to_string_lossy()).collect::<Vec<_>>(),
         "parse_ms": ms(parse_time),
         "compile_ms": ms(compile_time),
-        "host_gemm_calls": host_gemm,
+        "host_gemm_calls": host.gemm_rewritten,
+        "host_conv_calls": host.conv_rewritten,
+        "host_kernels": host.kernels,
+        "host_lowering_fell_back": host.fell_back,
+        "fingerprint": compiled.fingerprint,
         "xla_options": options.xla_options.iter().map(|(k, v)| xla_option_string(k, v)).collect::<Vec<_>>(),
         "run_ms": ms(run_time),
     });
     let mut outs = Vec::new();
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|e| CliError::io(dir.display(), e))?;
     }
     for (i, shards) in outputs.iter().enumerate() {
         let mut files = Vec::new();
@@ -188,7 +182,7 @@ pub(crate) fn run_module(
                 } else {
                     dir.join(format!("{i}.d{d}.npy"))
                 };
-                write_npy(&p, *dtype, dims, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+                write_npy(&p, *dtype, dims, bytes)?;
                 files.push(p.display().to_string());
             }
         }
@@ -228,6 +222,19 @@ pub(crate) fn print_receipt(r: &serde_json::Value) {
         );
     }
     println!("host GEMM calls: {}", r["host_gemm_calls"]);
+    println!("host conv calls: {}", r["host_conv_calls"]);
+    let kernels: Vec<String> = r["host_kernels"]
+        .as_object()
+        .map(|o| o.iter().map(|(k, n)| format!("{k}={n}")).collect())
+        .unwrap_or_default();
+    println!(
+        "host kernels: {}",
+        if kernels.is_empty() {
+            "-".to_string()
+        } else {
+            kernels.join(",")
+        }
+    );
     for k in ["parse", "compile", "run"] {
         println!(
             "{k}: {:.3} ms",

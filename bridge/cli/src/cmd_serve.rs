@@ -76,9 +76,11 @@ pub fn init_logging(a: &ServeArgs) {
     if let Some(level) = &a.log_level {
         match tracing_subscriber::EnvFilter::try_new(level) {
             Ok(filter) => {
+                use std::io::IsTerminal;
                 let _ = tracing_subscriber::fmt()
                     .with_env_filter(filter)
                     .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal())
                     .try_init();
             }
             Err(e) => eprintln!("hlobridge serve: --log-level {level:?} ignored: {e}"),
@@ -87,7 +89,7 @@ pub fn init_logging(a: &ServeArgs) {
 }
 
 /// Runs the server until SIGTERM/SIGINT.
-pub fn run(a: ServeArgs) -> Result<(), String> {
+pub fn run(a: ServeArgs) -> crate::error::Result<()> {
     let cfg = hlobridge_serve::ServeConfig {
         addr: a.addr,
         token_file: a.token_file,
@@ -106,5 +108,6 @@ pub fn run(a: ServeArgs) -> Result<(), String> {
         drain_timeout: Duration::from_millis(a.drain_timeout_ms),
         plugin: a.plugin,
     };
-    hlobridge_serve::run(&a.artifact, &cfg).map_err(|e| format!("hlobridge serve: {e}"))
+    hlobridge_serve::run(&a.artifact, &cfg)
+        .map_err(|e| crate::error::CliError::Serve(e.to_string()))
 }

@@ -4,6 +4,7 @@
 //! time, plugin).
 
 use crate::cmd_run::{print_receipt, run_module, RunOpts};
+use crate::error::{CliError, Result};
 use clap::Args;
 use hlobridge::stitch::{stitch, Program};
 use std::path::PathBuf;
@@ -42,13 +43,14 @@ Plan format (TOML; JSON with the same keys):
 Program inputs of the fused @main are named after the plan's inputs, so --input x=x.npy binds input x.";
 
 /// Run `stitch`.
-pub fn run(a: StitchArgs) -> Result<(), String> {
+pub fn run(a: StitchArgs) -> Result<()> {
     let t0 = Instant::now();
-    let mut program = Program::from_plan_file(&a.plan).map_err(|e| e.to_string())?;
+    let mut program =
+        Program::from_plan_file(&a.plan).map_err(|e| CliError::Parse(e.to_string()))?;
     if a.no_inline {
         program.inline = false;
     }
-    let stitched = stitch(&program).map_err(|e| e.to_string())?;
+    let stitched = stitch(&program).map_err(|e| CliError::Stitch(e.to_string()))?;
     let stitch_time = t0.elapsed();
     let text = hlobridge::print_module(
         &stitched.module,
@@ -58,9 +60,7 @@ pub fn run(a: StitchArgs) -> Result<(), String> {
         },
     );
     match &a.output {
-        Some(path) => {
-            std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?
-        }
+        Some(path) => std::fs::write(path, &text).map_err(|e| CliError::io(path.display(), e))?,
         None if !a.run => print!("{text}"),
         None => {}
     }
@@ -73,7 +73,8 @@ pub fn run(a: StitchArgs) -> Result<(), String> {
     let name = format!("{} (stitched)", a.plan.display());
     let mut receipt = run_module(&name, &stitched.module, stitch_time, &a.opts)?;
     receipt["stitch_ms"] = (stitch_time.as_secs_f64() * 1e3).into();
-    receipt["stitch"] = serde_json::to_value(&stitched.report).map_err(|e| e.to_string())?;
+    receipt["stitch"] =
+        serde_json::to_value(&stitched.report).map_err(|e| CliError::Stitch(e.to_string()))?;
     if a.opts.json {
         println!("{receipt}");
     } else {

@@ -7,6 +7,7 @@
 //! `.svg` uses Graphviz (`dot -Tsvg`) when `--layout auto` finds `dot` on
 //! `PATH`, else the built-in layout; `.dot` writes the DOT text.
 
+use crate::error::{CliError, Result};
 use clap::{Args, ValueEnum};
 use hlobridge::stitch::Program;
 use hlobridge::viz::Graph;
@@ -39,16 +40,17 @@ pub struct VizArgs {
 }
 
 /// Build the graph of a plan or module file.
-pub fn graph_of(path: &Path) -> Result<Graph, String> {
+pub fn graph_of(path: &Path) -> Result<Graph> {
     let title = path.display().to_string();
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     if matches!(ext, "toml" | "json") {
-        let program = Program::from_plan_file(path).map_err(|e| e.to_string())?;
-        Graph::from_program(&program, &title).map_err(|e| format!("{title}: {e}"))
+        let program = Program::from_plan_file(path).map_err(|e| CliError::Parse(e.to_string()))?;
+        Graph::from_program(&program, &title).map_err(|e| CliError::Stitch(format!("{title}: {e}")))
     } else {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{title}: {e}"))?;
-        let m = hlobridge::parse_module_named(&title, &text).map_err(|e| e.to_string())?;
-        Graph::from_module(&m, &title).map_err(|e| e.to_string())
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::io(&title, e))?;
+        let m = hlobridge::parse_module_named(&title, &text)
+            .map_err(|e| CliError::Parse(e.to_string()))?;
+        Graph::from_module(&m, &title).map_err(|e| CliError::Render(e.to_string()))
     }
 }
 
@@ -61,33 +63,34 @@ fn has_dot() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn graphviz_svg(dot: &str) -> Result<String, String> {
+fn graphviz_svg(dot: &str) -> Result<String> {
     let mut child = Command::new("dot")
         .arg("-Tsvg")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run Graphviz `dot`: {e}"))?;
+        .map_err(|e| CliError::Render(format!("cannot run Graphviz `dot`: {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(dot.as_bytes())
-            .map_err(|e| format!("writing to `dot`: {e}"))?;
+            .map_err(|e| CliError::Render(format!("writing to `dot`: {e}")))?;
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("`dot` failed: {e}"))?;
+        .map_err(|e| CliError::Render(format!("`dot` failed: {e}")))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(CliError::Render(format!(
             "`dot -Tsvg` failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
-    String::from_utf8(out.stdout).map_err(|e| format!("`dot` wrote invalid UTF-8: {e}"))
+    String::from_utf8(out.stdout)
+        .map_err(|e| CliError::Render(format!("`dot` wrote invalid UTF-8: {e}")))
 }
 
 /// Render `g` for an output file named `path` (by its extension).
-pub fn render_for(g: &Graph, path: &Path, layout: Layout) -> Result<String, String> {
+pub fn render_for(g: &Graph, path: &Path, layout: Layout) -> Result<String> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
         "html" | "htm" => Ok(g.to_html()),
@@ -98,15 +101,15 @@ pub fn render_for(g: &Graph, path: &Path, layout: Layout) -> Result<String, Stri
             Layout::Auto if has_dot() => graphviz_svg(&g.to_dot()),
             Layout::Auto => Ok(g.to_svg()),
         },
-        _ => Err(format!(
+        _ => Err(CliError::Input(format!(
             "{}: unknown output format (use .svg, .html or .dot)",
             path.display()
-        )),
+        ))),
     }
 }
 
 /// Run `viz`.
-pub fn run(a: VizArgs) -> Result<(), String> {
+pub fn run(a: VizArgs) -> Result<()> {
     let g = graph_of(&a.input)?;
     match &a.output {
         None => {
@@ -115,7 +118,7 @@ pub fn run(a: VizArgs) -> Result<(), String> {
         }
         Some(path) => {
             let text = render_for(&g, path, a.layout)?;
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::write(path, text).map_err(|e| CliError::io(path.display(), e))?;
             eprintln!(
                 "wrote {} ({} nodes, {} edges)",
                 path.display(),

@@ -2,6 +2,7 @@
 //! type (integers, booleans, IEEE and 8/6/4-bit floats, complex) and the
 //! `eq` / `close` (ULP) / `almost_eq` rules of [`crate::cmd_conform::COMPARISON`].
 
+use crate::error::{CliError, Result};
 use crate::runtime::{self, HostArray};
 use hlobridge::conform::CheckKind;
 use pjrt_client::ElementType;
@@ -169,15 +170,16 @@ impl FloatFmt {
     }
 }
 
-/// Compare one float component; `Err(detail)` when it does not hold.
-fn cmp_float(kind: CheckKind, f: FloatFmt, a: u64, b: u64) -> Result<(), String> {
+/// Compare one float component: `None` when it holds, else the detail of
+/// the difference (possibly empty).
+fn cmp_float(kind: CheckKind, f: FloatFmt, a: u64, b: u64) -> Option<String> {
     let (x, y) = (f.decode(a), f.decode(b));
     match kind {
         CheckKind::Eq => {
             if x == y || (x.is_nan() && y.is_nan()) {
-                Ok(())
+                None
             } else {
-                Err(String::new())
+                Some(String::new())
             }
         }
         CheckKind::Close {
@@ -186,11 +188,11 @@ fn cmp_float(kind: CheckKind, f: FloatFmt, a: u64, b: u64) -> Result<(), String>
         } => {
             let d = f.ulp(a, b);
             if d >= min_ulp_difference && d <= max_ulp_difference {
-                Ok(())
+                None
             } else if d == u64::MAX {
-                Err("ULP distance: infinite".into())
+                Some("ULP distance: infinite".into())
             } else {
-                Err(format!("ULP distance {d}"))
+                Some(format!("ULP distance {d}"))
             }
         }
         CheckKind::AlmostEq { tolerance } => {
@@ -198,9 +200,9 @@ fn cmp_float(kind: CheckKind, f: FloatFmt, a: u64, b: u64) -> Result<(), String>
                 || x == y
                 || (x - y).abs() <= tolerance * y.abs().max(1.0);
             if ok {
-                Ok(())
+                None
             } else {
-                Err(format!("|diff| {:e}", (x - y).abs()))
+                Some(format!("|diff| {:e}", (x - y).abs()))
             }
         }
     }
@@ -216,20 +218,21 @@ fn fmt_float(f: FloatFmt, bits: u64) -> String {
 }
 
 /// Compare two host arrays under `kind`.
-pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Result<(), String> {
+pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Result<()> {
     let (at, adims, abytes) = act;
     let (et, edims, ebytes) = exp;
     if at != et || adims != edims {
-        return Err(format!(
+        return Err(CliError::Mismatch(format!(
             "type mismatch: actual {} vs expected {}",
             runtime::type_string(*at, adims),
             runtime::type_string(*et, edims)
-        ));
+        )));
     }
-    let elem = elem_of(*at).ok_or_else(|| format!("cannot compare {at} values"))?;
+    let elem =
+        elem_of(*at).ok_or_else(|| CliError::Mismatch(format!("cannot compare {at} values")))?;
     let size = at.host_byte_size();
     if abytes.len() != ebytes.len() || size == 0 {
-        return Err("output sizes differ".into());
+        return Err(CliError::Mismatch("output sizes differ".into()));
     }
     let n = abytes.len() / size;
     let mut bad = 0usize;
@@ -261,7 +264,10 @@ pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Resu
             }
             Elem::Float(f) => {
                 let (p, q) = (le_bits(x), le_bits(y));
-                cmp_float(kind, f, p, q).map_err(|d| (fmt_float(f, p), fmt_float(f, q), d))
+                match cmp_float(kind, f, p, q) {
+                    None => Ok(()),
+                    Some(d) => Err((fmt_float(f, p), fmt_float(f, q), d)),
+                }
             }
             Elem::Complex(f) => {
                 let h = size / 2;
@@ -274,11 +280,11 @@ pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Resu
                 let re = cmp_float(kind, f, pr, qr);
                 let im = cmp_float(kind, f, pi, qi);
                 match (re, im) {
-                    (Ok(()), Ok(())) => Ok(()),
+                    (None, None) => Ok(()),
                     (r, i) => Err((
                         format!("({}, {})", fmt_float(f, pr), fmt_float(f, pi)),
                         format!("({}, {})", fmt_float(f, qr), fmt_float(f, qi)),
-                        [r.err(), i.err()]
+                        [r, i]
                             .into_iter()
                             .flatten()
                             .filter(|s| !s.is_empty())
@@ -305,9 +311,9 @@ pub(crate) fn compare(kind: CheckKind, act: &HostArray, exp: &HostArray) -> Resu
     }
     match first {
         None => Ok(()),
-        Some(f) => Err(format!(
+        Some(f) => Err(CliError::Mismatch(format!(
             "{bad} of {n} elements differ ({kind}); first at {f}"
-        )),
+        ))),
     }
 }
 
@@ -398,7 +404,7 @@ mod tests {
         compare(CheckKind::Eq, &a, &b).unwrap();
         compare(CLOSE3, &a, &b).unwrap();
         let c = f32s(&[1.0 + 4.0 * f32::EPSILON, f32::NAN, 0.0]);
-        let e = compare(CLOSE3, &c, &b).unwrap_err();
+        let e = compare(CLOSE3, &c, &b).unwrap_err().to_string();
         assert!(e.contains("1 of 3 elements differ"), "{e}");
         assert!(
             e.contains("index [0]") && e.contains("ULP distance 4"),
@@ -419,12 +425,18 @@ mod tests {
         )
         .is_err());
         let i = arr(ElementType::S8, &[0xff, 2]);
-        let e = compare(CheckKind::Eq, &i, &arr(ElementType::S8, &[0xfe, 2])).unwrap_err();
+        let e = compare(CheckKind::Eq, &i, &arr(ElementType::S8, &[0xfe, 2]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("actual -1 vs expected -2"), "{e}");
-        let e = compare(CheckKind::Eq, &i, &arr(ElementType::U8, &[0xff, 2])).unwrap_err();
+        let e = compare(CheckKind::Eq, &i, &arr(ElementType::U8, &[0xff, 2]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("type mismatch"), "{e}");
         let z = arr(ElementType::C64, &[(2.0f32.to_bits() as u64) << 32]);
-        let e = compare(CheckKind::Eq, &z, &arr(ElementType::C64, &[0])).unwrap_err();
+        let e = compare(CheckKind::Eq, &z, &arr(ElementType::C64, &[0]))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("actual (0.0, 2.0) vs expected (0.0, 0.0)"),
             "{e}"

@@ -2,8 +2,8 @@
 //! through one of the two paths of `hlobridge conform`:
 //!
 //! * [`run_hlobridge`]: hlobridge's full path, as `hlobridge run` takes it:
-//!   parse → [`hlobridge::conform::rewrite_checks`] → print → host lowering
-//!   ([`hlobridge::lower::lower_text_for_host`]) → compile → run;
+//!   parse → [`hlobridge::conform::rewrite_checks`] → print → compile
+//!   through the compile service, host lowering on ([`hlobridge_compile`]) → run;
 //! * [`run_raw`]: the file's own text with only its checks turned into
 //!   outputs by [`hlobridge::conform::raw::rewrite_checks_text`] (no parse,
 //!   no print, no lowering) → compile → run.
@@ -15,7 +15,8 @@
 use crate::compare::compare;
 use crate::runtime::{self, HostArray};
 use hlobridge::conform::Check;
-use pjrt_client::{Client, CompileOptions, Program, XlaOption};
+use hlobridge_compile::{CompilePolicy, HostLoweringMode};
+use pjrt_client::{Client, CompileOptions, XlaOption};
 
 /// How a case ended, for comparing the two paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,8 +79,6 @@ pub(crate) struct Ctx<'a> {
     pub generic: bool,
     /// `--xla-option` overrides (both paths).
     pub xla_options: &'a [(String, XlaOption)],
-    /// The host lowering (`HLOBRIDGE_HOST_GEMM`), as `run` applies it.
-    pub lowering: hlobridge::lower::HostLowering,
 }
 
 /// hlobridge's path; see the module docs.
@@ -109,57 +108,64 @@ pub(crate) fn run_hlobridge(ctx: &Ctx, name: &str, src: &str, first_line: u32) -
     };
     hlobridge::conform::attach_source_lines(&mut rw.checks, src, first_line);
     let nparams = hlobridge::conform::entry_params(&m).map_or(0, |p| p.len());
-    let mut program = hlobridge::print_module(
+    let program = hlobridge::print_module(
         &m,
         &hlobridge::PrintOptions {
             generic: ctx.generic,
             debug_info: true,
         },
     );
-    if ctx.client.host_kernels().gemm {
-        if let Some((lowered, _)) = hlobridge::lower::lower_text_for_host(&program, &ctx.lowering) {
-            program = lowered;
-        }
-    }
-    let mut options = runtime::compile_options(&m);
-    options.xla_options = pjrt_client::with_cpu_semantics(ctx.xla_options.to_vec());
-    finish(ctx, &program, &options, nparams, &rw.checks)
+    let options = runtime::compile_options(&m);
+    finish(
+        ctx,
+        &program,
+        options,
+        HostLoweringMode::Auto,
+        nparams,
+        &rw.checks,
+    )
 }
 
 /// The raw path; see the module docs.
 pub(crate) fn run_raw(ctx: &Ctx, src: &str, first_line: u32) -> CaseResult {
-    let mut options = runtime::compile_options_for(
+    let options = runtime::compile_options_for(
         text_int_attr(src, "mhlo.num_partitions").unwrap_or(1),
         text_int_attr(src, "mhlo.num_replicas").unwrap_or(1),
         src.contains("sdy.mesh"),
     );
-    options.xla_options = pjrt_client::with_cpu_semantics(ctx.xla_options.to_vec());
+    let off = HostLoweringMode::Off;
     match hlobridge::conform::raw::rewrite_checks_text(src, first_line) {
-        Ok(rw) => finish(ctx, &rw.text, &options, rw.entry_params, &rw.checks),
+        Ok(rw) => finish(ctx, &rw.text, options, off, rw.entry_params, &rw.checks),
         // No entry the text rewrite can find, and no checks to move: the
         // plugin gets the text as it is (and says what it makes of it).
         Err(hlobridge::conform::ConformError::NoEntry(_)) if !src.contains("check.") => {
-            finish(ctx, src, &options, 0, &[])
+            finish(ctx, src, options, off, 0, &[])
         }
         Err(e) => CaseResult::error("unsupported", vec![format!("unsupported: {e}")]),
     }
 }
 
-/// Compile, run and compare (shared by both paths).
+/// Compile (through the compile service: CPU semantics, the overrides and,
+/// on hlobridge's path, the host lowering; no caches), run and compare
+/// (shared by both paths).
 fn finish(
     ctx: &Ctx,
     program: &str,
-    options: &CompileOptions,
+    options: CompileOptions,
+    host_lowering: HostLoweringMode,
     nparams: usize,
     checks: &[Check],
 ) -> CaseResult {
-    let exe = match ctx.client.compile(&Program::mlir_text(program), options) {
-        Ok(e) => e,
+    let policy = CompilePolicy {
+        host_lowering,
+        ..CompilePolicy::uncached()
+    }
+    .with_xla_overrides(ctx.xla_options.to_vec());
+    let exe = match hlobridge_compile::compile(ctx.client, program, options, &policy) {
+        Ok(f) => f.compiled.exe.clone(),
         Err(e) => {
-            return CaseResult::error(
-                "compile",
-                vec![format!("compile error: {}", one_line(&e.to_string()))],
-            )
+            let e = crate::error::CliError::from(e);
+            return CaseResult::error("compile", vec![one_line(&e.to_string())]);
         }
     };
     if nparams > 0 {
@@ -173,7 +179,7 @@ fn finish(
     }
     let outputs = match runtime::execute(ctx.client, &exe, &[], None) {
         Ok(o) => o,
-        Err(e) => return CaseResult::error("run", vec![one_line(&e)]),
+        Err(e) => return CaseResult::error("run", vec![one_line(&e.to_string())]),
     };
     if checks.is_empty() {
         return CaseResult {

@@ -9,6 +9,7 @@
 //! on the raw path is *stale* (an error), and raw failures nobody listed
 //! are reported.
 
+use crate::error::{CliError, Result};
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -42,25 +43,27 @@ pub(crate) struct KnownFailures {
 
 impl KnownFailures {
     /// Reads and parses a list file.
-    pub(crate) fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub(crate) fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::io(path.display(), e))?;
+        Self::parse(&text).map_err(|e| CliError::Parse(format!("{}: {e}", path.display())))
     }
 
     /// Parses list text; entries need a non-empty `file` and `reason`, and
     /// a file may be listed once.
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        let f: ListFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        let f: ListFile = toml::from_str(text).map_err(|e| CliError::Parse(e.to_string()))?;
         let mut seen = BTreeSet::new();
         for e in &f.failure {
             if e.file.trim().is_empty() {
-                return Err("a [[failure]] entry has an empty `file`".into());
+                return Err(CliError::Parse(
+                    "a [[failure]] entry has an empty `file`".into(),
+                ));
             }
             if e.reason.trim().is_empty() {
-                return Err(format!("{}: empty `reason`", e.file));
+                return Err(CliError::Parse(format!("{}: empty `reason`", e.file)));
             }
             if !seen.insert(e.file.as_str()) {
-                return Err(format!("{}: listed twice", e.file));
+                return Err(CliError::Parse(format!("{}: listed twice", e.file)));
             }
         }
         Ok(KnownFailures { entries: f.failure })
@@ -155,7 +158,7 @@ cpu_dependent = true
 
     #[test]
     fn rejects_bad_lists() {
-        let e = |t: &str| KnownFailures::parse(t).unwrap_err();
+        let e = |t: &str| KnownFailures::parse(t).unwrap_err().to_string();
         assert!(e("[[failure]]\nfile = \"a\"\n").contains("reason"));
         assert!(e("[[failure]]\nfile = \"\"\nreason = \"r\"\n").contains("empty `file`"));
         assert!(e("[[failure]]\nfile = \"a\"\nreason = \"r\"\n[[failure]]\nfile = \"a\"\nreason = \"s\"\n")

@@ -11,6 +11,7 @@ mod cmd_stitch;
 mod cmd_viz;
 mod compare;
 mod conform_case;
+mod error;
 mod known_failures;
 mod npy;
 mod runtime;

@@ -2,6 +2,7 @@
 //! versions 1–3, little- and big-endian numeric dtypes, bool, complex, C and
 //! Fortran order; types numpy lacks travel as raw bits in a void dtype).
 
+use crate::error::{CliError, Result};
 use pjrt_client::ElementType;
 use std::path::Path;
 
@@ -39,16 +40,21 @@ pub(crate) fn npy_descr(t: ElementType) -> String {
     }
 }
 
+/// A malformed or mismatching `.npy` (the caller names the file).
+fn bad(msg: impl Into<String>) -> CliError {
+    CliError::Input(msg.into())
+}
+
 /// Reads a `.npy` file. With `want`, the file's dtype must match it (raw
 /// `V`/`u` dtypes of the right size are accepted for types numpy lacks).
-pub(crate) fn read_npy(path: &Path, want: Option<ElementType>) -> Result<Npy, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+pub(crate) fn read_npy(path: &Path, want: Option<ElementType>) -> Result<Npy> {
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
     parse_npy(&bytes, want)
 }
 
-fn parse_npy(bytes: &[u8], want: Option<ElementType>) -> Result<Npy, String> {
+fn parse_npy(bytes: &[u8], want: Option<ElementType>) -> Result<Npy> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err("not a .npy file (bad magic)".into());
+        return Err(bad("not a .npy file (bad magic)"));
     }
     let (hlen, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
@@ -56,22 +62,25 @@ fn parse_npy(bytes: &[u8], want: Option<ElementType>) -> Result<Npy, String> {
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        v => return Err(format!("unsupported .npy format version {v}")),
+        v => return Err(bad(format!("unsupported .npy format version {v}"))),
     };
     let header = bytes
         .get(start..start + hlen)
-        .ok_or("truncated .npy header")?;
-    let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
-    let descr = dict_value(header, "descr").ok_or("header has no 'descr'")?;
+        .ok_or_else(|| bad("truncated .npy header"))?;
+    let header = std::str::from_utf8(header).map_err(|_| bad("header is not text"))?;
+    let descr = dict_value(header, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
     let descr = descr
         .strip_prefix('\'')
         .and_then(|d| d.strip_suffix('\''))
         .ok_or_else(|| {
-            format!("unsupported dtype {descr} (structured dtypes are not supported)")
+            bad(format!(
+                "unsupported dtype {descr} (structured dtypes are not supported)"
+            ))
         })?;
-    let fortran =
-        dict_value(header, "fortran_order").ok_or("header has no 'fortran_order'")? == "True";
-    let shape_text = dict_value(header, "shape").ok_or("header has no 'shape'")?;
+    let fortran = dict_value(header, "fortran_order")
+        .ok_or_else(|| bad("header has no 'fortran_order'"))?
+        == "True";
+    let shape_text = dict_value(header, "shape").ok_or_else(|| bad("header has no 'shape'"))?;
     let shape: Vec<i64> = shape_text
         .trim_start_matches('(')
         .trim_end_matches(')')
@@ -80,26 +89,28 @@ fn parse_npy(bytes: &[u8], want: Option<ElementType>) -> Result<Npy, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.trim_end_matches('L').parse::<i64>())
         .collect::<Result<_, _>>()
-        .map_err(|_| format!("bad shape {shape_text}"))?;
+        .map_err(|_| bad(format!("bad shape {shape_text}")))?;
     let (order, kind, size) = split_descr(descr)?;
     let dtype = match want {
         Some(w) if dtype_accepts(w, kind, size) => w,
         Some(w) => {
-            return Err(format!(
+            return Err(bad(format!(
                 "dtype '{descr}' does not match the parameter's element type {w} (expected '{}')",
                 npy_descr(w)
-            ))
+            )))
         }
-        None => dtype_of(kind, size).ok_or_else(|| format!("unsupported dtype '{descr}'"))?,
+        None => dtype_of(kind, size).ok_or_else(|| bad(format!("unsupported dtype '{descr}'")))?,
     };
     let count = shape
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
-        .ok_or("bad shape")?;
-    let need = count.checked_mul(size).ok_or("array too large")?;
+        .ok_or_else(|| bad("bad shape"))?;
+    let need = count
+        .checked_mul(size)
+        .ok_or_else(|| bad("array too large"))?;
     let mut data = bytes
         .get(start + hlen..start + hlen + need)
-        .ok_or_else(|| format!("truncated data: {need} bytes expected"))?
+        .ok_or_else(|| bad(format!("truncated data: {need} bytes expected")))?
         .to_vec();
     if order == '>' && size > 1 {
         let part = if kind == 'c' { size / 2 } else { size };
@@ -127,18 +138,18 @@ fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-fn split_descr(d: &str) -> Result<(char, char, usize), String> {
+fn split_descr(d: &str) -> Result<(char, char, usize)> {
     let mut chars = d.chars();
-    let first = chars.next().ok_or("empty dtype")?;
+    let first = chars.next().ok_or_else(|| bad("empty dtype"))?;
     let (order, rest) = if matches!(first, '<' | '>' | '|' | '=') {
         (if first == '=' { '<' } else { first }, &d[1..])
     } else {
         ('<', d)
     };
-    let kind = rest.chars().next().ok_or("empty dtype")?;
+    let kind = rest.chars().next().ok_or_else(|| bad("empty dtype"))?;
     let size: usize = rest[1..]
         .parse()
-        .map_err(|_| format!("unsupported dtype '{d}'"))?;
+        .map_err(|_| bad(format!("unsupported dtype '{d}'")))?;
     Ok((order, kind, size))
 }
 
@@ -195,13 +206,8 @@ fn fortran_to_c(data: &[u8], shape: &[i64], size: usize) -> Vec<u8> {
 }
 
 /// Writes a C-order `.npy` (version 1, or 2 for huge headers).
-pub(crate) fn write_npy(
-    path: &Path,
-    dtype: ElementType,
-    dims: &[i64],
-    data: &[u8],
-) -> Result<(), String> {
-    std::fs::write(path, encode_npy(dtype, dims, data)).map_err(|e| e.to_string())
+pub(crate) fn write_npy(path: &Path, dtype: ElementType, dims: &[i64], data: &[u8]) -> Result<()> {
+    std::fs::write(path, encode_npy(dtype, dims, data)).map_err(|e| CliError::io(path.display(), e))
 }
 
 fn encode_npy(dtype: ElementType, dims: &[i64], data: &[u8]) -> Vec<u8> {

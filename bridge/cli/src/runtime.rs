@@ -8,6 +8,7 @@
 //! `--xla-option` is an `env_option_overrides` entry applied on top of them
 //! (docs/conformance.md explains why this matters when comparing with jax).
 
+use crate::error::{CliError, Result};
 use crate::npy::Npy;
 use hlobridge::ir::{Attribute, Module, Type, TypeId};
 use pjrt_client::{
@@ -29,39 +30,39 @@ pub(crate) fn type_string(dtype: ElementType, dims: &[i64]) -> String {
 
 /// Loads the plugin at `explicit`, or the one discovery finds; returns it
 /// with its path.
-pub(crate) fn load_plugin(explicit: Option<&Path>) -> Result<(Plugin, PathBuf), String> {
+pub(crate) fn load_plugin(explicit: Option<&Path>) -> Result<(Plugin, PathBuf)> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => {
             pjrt_client::find_plugin(&pjrt_client::DiscoveryOptions::default())
-                .map_err(|e| e.to_string())?
+                .map_err(|e| CliError::Plugin(e.to_string()))?
                 .path
         }
     };
-    let plugin = Plugin::load(&path).map_err(|e| e.to_string())?;
+    let plugin = Plugin::load(&path).map_err(|e| CliError::Plugin(e.to_string()))?;
     Ok((plugin, path))
 }
 
 /// Element type and dims of a tensor type (rejects non-tensors and element
 /// types PJRT has no buffer type for, such as `!quant.uniform`).
-pub(crate) fn tensor_info(m: &Module, t: TypeId) -> Result<(ElementType, Vec<i64>), String> {
+pub(crate) fn tensor_info(m: &Module, t: TypeId) -> Result<(ElementType, Vec<i64>)> {
     match m.ty(t) {
         Type::Tensor { dims, elem, .. } => Ok((element_type(m, *elem)?, dims.to_vec())),
-        _ => Err(format!(
+        _ => Err(CliError::Input(format!(
             "{} is not a ranked tensor",
             hlobridge::print::type_to_string(m, t)
-        )),
+        ))),
     }
 }
 
-fn element_type(m: &Module, elem: TypeId) -> Result<ElementType, String> {
+fn element_type(m: &Module, elem: TypeId) -> Result<ElementType> {
     let s = hlobridge::print::type_to_string(m, elem);
     let norm = match m.ty(elem) {
         Type::Integer { width: 1, .. } => "i1".to_string(),
         _ => s.strip_prefix("si").map_or(s.clone(), |w| format!("i{w}")),
     };
     ElementType::from_mlir_name(&norm)
-        .ok_or_else(|| format!("element type {s} has no PJRT buffer type"))
+        .ok_or_else(|| CliError::Input(format!("element type {s} has no PJRT buffer type")))
 }
 
 fn module_int_attr(m: &Module, name: &str) -> Option<i64> {
@@ -98,15 +99,15 @@ pub(crate) fn execute(
     exe: &LoadedExecutable,
     inputs: &[Npy],
     global: Option<&[Vec<i64>]>,
-) -> Result<Vec<Vec<HostArray>>, String> {
+) -> Result<Vec<Vec<HostArray>>> {
     let devices = exe.devices();
     if let Some(params) = exe.parameter_info() {
         for (i, (p, x)) in params.iter().zip(inputs).enumerate() {
             if p.dims[..] != x.shape[..] {
-                return Err(format!(
+                return Err(CliError::Input(format!(
                     "parameter {i} is sharded across devices (per-device {p}, input {}); `run` feeds whole arrays only",
                     type_string(x.dtype, &x.shape)
-                ));
+                )));
             }
         }
     }
@@ -117,7 +118,7 @@ pub(crate) fn execute(
             bufs.push(
                 client
                     .buffer_from_host_bytes(&x.data, x.dtype, &x.shape, Some(d))
-                    .map_err(|e| format!("input {i}: {e}"))?,
+                    .map_err(|e| CliError::Run(format!("input {i}: {e}")))?,
             );
         }
         per_device.push(bufs);
@@ -125,16 +126,23 @@ pub(crate) fn execute(
     let refs: Vec<Vec<&Buffer>> = per_device.iter().map(|v| v.iter().collect()).collect();
     let outs = exe
         .execute_sharded(&refs, &ExecuteOptions::default())
-        .map_err(|e| format!("run error: {e}"))?;
+        .map_err(|e| CliError::Run(format!("run error: {e}")))?;
     let n = outs.first().map_or(0, |o| o.len());
     let mut result = Vec::with_capacity(n);
     for i in 0..n {
         let mut shards = Vec::new();
         for dev in &outs {
             let b = &dev[i];
-            let dtype = b.element_type().map_err(|e| format!("output {i}: {e}"))?;
-            let dims = b.dims().map_err(|e| format!("output {i}: {e}"))?.to_vec();
-            let bytes = b.to_host_bytes().map_err(|e| format!("output {i}: {e}"))?;
+            let dtype = b
+                .element_type()
+                .map_err(|e| CliError::Run(format!("output {i}: {e}")))?;
+            let dims = b
+                .dims()
+                .map_err(|e| CliError::Run(format!("output {i}: {e}")))?
+                .to_vec();
+            let bytes = b
+                .to_host_bytes()
+                .map_err(|e| CliError::Run(format!("output {i}: {e}")))?;
             shards.push((dtype, dims, bytes));
         }
         // Replicated outputs: keep one copy.
@@ -152,13 +160,15 @@ pub(crate) fn execute(
 /// Parses `--xla-option NAME=VALUE`: `true`/`false` become booleans,
 /// integers and floats numbers, anything else (or a value in double quotes)
 /// a string.
-pub(crate) fn parse_xla_option(spec: &str) -> Result<(String, XlaOption), String> {
+pub(crate) fn parse_xla_option(spec: &str) -> Result<(String, XlaOption)> {
     let (name, value) = spec
         .split_once('=')
-        .ok_or_else(|| format!("--xla-option {spec:?}: expected NAME=VALUE"))?;
+        .ok_or_else(|| CliError::Input(format!("--xla-option {spec:?}: expected NAME=VALUE")))?;
     let name = name.trim();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("--xla-option {spec:?}: bad option name {name:?}"));
+        return Err(CliError::Input(format!(
+            "--xla-option {spec:?}: bad option name {name:?}"
+        )));
     }
     let v = value.trim();
     let parsed = if let Some(s) = v.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
