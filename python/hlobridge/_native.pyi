@@ -275,3 +275,27 @@ def config_variables() -> list[tuple[str, str, str, str]]:
 
 def check_environment() -> list[str]:
     """One warning per unknown ``HLOBRIDGE_*`` variable set, naming the nearest known one."""
+
+# -- hlobridge-artifact (python/src/artifact.rs) --------------------------------
+
+ARTIFACT_FORMAT: Final[str]
+
+def artifact_read(
+    dir: str, producers: dict[str, str] | None = None
+) -> tuple[str, list[tuple[str, str]], list[tuple[str, str, list[int], bytes]]]:
+    """Read and verify an artifact once: ``(manifest_text, [(file, text)],
+    [(weight, dtype, shape, bytes)])``."""
+
+def artifact_write(
+    dir: str,
+    manifest_json: str,
+    modules: list[tuple[str, str]],
+    weights: list[tuple[str, str, list[int], bytes]],
+) -> str:
+    """Write an artifact; returns the manifest text as written."""
+
+def predict_encode(tensors: list[tuple[str, str, list[int], bytes]]) -> bytes: ...
+def predict_decode(buf: bytes) -> list[tuple[str, str, list[int], bytes]]: ...
+def health_encode(service: str) -> bytes: ...
+def health_decode(buf: bytes) -> int: ...
+def metadata_decode(buf: bytes) -> tuple[str, str]: ...
