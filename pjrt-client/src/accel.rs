@@ -112,13 +112,21 @@ pub fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
-/// Sets each of [`TPU_LOAD_ENV`] that is unset, but only while the process
-/// has one thread: libtpu reads them with `getenv`, which no option can
-/// replace, and `setenv` while another thread may call `getenv` is a data
-/// race. The Python extension calls this when it is imported; later calls
-/// in a multithreaded process set nothing and warn, naming the variables to
-/// export before starting the process. Returns whether every variable is
-/// set afterwards.
+/// Sets each of [`TPU_LOAD_ENV`] that is unset; call before loading libtpu.
+/// libtpu reads them with `getenv` when it initializes, and no PJRT option
+/// replaces them, so they must be in the environment.
+///
+/// Writing the environment races with a `getenv` on another thread (glibc's
+/// `setenv` may reallocate `environ` under a concurrent reader). When the
+/// process has one thread ([`single_threaded`], checked right before the
+/// write; only this thread could start another) the write is safe: the CLI
+/// (`hlobridge compile --target tpu:...` loads libtpu before any client or
+/// thread exists) and single-threaded Rust programs. In a multithreaded
+/// process (a Python session) the variables are still set, because libtpu
+/// fails without them (`/tmp/libtpu_lockfile`, or a hang on the metadata
+/// server), and a debug event records that the write was not provably
+/// race-free; export them before starting such a process to avoid it.
+/// Returns whether the write (if any) happened single-threaded.
 pub fn skip_tpu_metadata_query() -> bool {
     let missing: Vec<&(&str, &str)> = TPU_LOAD_ENV
         .iter()
@@ -127,20 +135,19 @@ pub fn skip_tpu_metadata_query() -> bool {
     if missing.is_empty() {
         return true;
     }
-    if !single_threaded() {
+    let alone = single_threaded();
+    if !alone {
         let names: Vec<String> = missing.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        tracing::warn!(
-            "libtpu: {} not set, and hlobridge cannot set environment variables once the \
-             process has threads; export them before starting the process",
+        tracing::debug!(
+            "libtpu: setting {} in a multithreaded process; export them before starting \
+             the process to avoid the environment write",
             names.join(" ")
         );
-        return false;
     }
     for (var, value) in missing {
-        // Single-threaded (checked just above): no concurrent getenv.
         std::env::set_var(var, value);
     }
-    true
+    alone
 }
 
 /// The CUDA data dir recorded by [`set_cuda_data_dir_flag`].
@@ -217,5 +224,38 @@ pub fn load_mosaic_gpu_runtime() -> crate::Result<PathBuf> {
             path: PathBuf::from(MOSAIC_GPU_RUNTIME_REL),
             message: m.clone(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_data_dir_travels_as_an_option_not_the_environment() {
+        let before = std::env::var_os("XLA_FLAGS");
+        set_cuda_data_dir_flag(Path::new("/opt/cuda-data"));
+        assert_eq!(std::env::var_os("XLA_FLAGS"), before);
+        let mut o = crate::CompileOptions::default();
+        add_cuda_xla_options(&mut o);
+        if before.is_some_and(|f| f.to_string_lossy().contains("--xla_gpu_cuda_data_dir")) {
+            assert!(o.xla_options.is_empty());
+        } else {
+            assert_eq!(
+                o.xla_options,
+                vec![(
+                    "xla_gpu_cuda_data_dir".to_string(),
+                    crate::XlaOption::Str("/opt/cuda-data".into())
+                )]
+            );
+        }
+        // A caller's own value is kept.
+        let mut mine = crate::CompileOptions::default();
+        mine.xla_options.push((
+            "xla_gpu_cuda_data_dir".into(),
+            crate::XlaOption::Str("/x".into()),
+        ));
+        add_cuda_xla_options(&mut mine);
+        assert_eq!(mine.xla_options.len(), 1);
     }
 }

@@ -236,9 +236,9 @@ impl CudaOptions {
 }
 
 /// Loads the CUDA PJRT plugin found by [`crate::accel::find_cuda_plugin`]
-/// and points XLA at `ptxas`/`libdevice` when
-/// [`crate::accel::find_cuda_data_dir`] finds them (call while the process
-/// has one thread: it may set `XLA_FLAGS`). A missing plugin is
+/// and records `ptxas`/`libdevice` when [`crate::accel::find_cuda_data_dir`]
+/// finds them, for every CUDA compile's options (no environment write: safe
+/// from any thread). A missing plugin is
 /// [`Error::NoPluginFound`] listing where it was looked for.
 pub fn cuda_plugin() -> Result<Plugin> {
     let path = crate::accel::find_cuda_plugin().ok_or_else(|| Error::NoPluginFound {

@@ -201,6 +201,9 @@ pub fn cuda_runtime(
             });
         }
     }
+    // Other threads run here (GIL released): nothing below writes the
+    // environment. The CUDA data dir travels as a compile option
+    // (`accel::set_cuda_data_dir_flag` only records it), never XLA_FLAGS.
     let client = py
         .allow_threads(|| pjrt_client::cuda::cuda_client(&opts))
         .map_err(pjrt_to_py)?;
