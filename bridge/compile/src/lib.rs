@@ -184,7 +184,7 @@ pub fn compile(
     let content = key::content_key(&options_part, text);
     if policy.memory_cache {
         if let Some(hit) = memory::get(client, &content) {
-            tracing::debug!(fingerprint = %hit.fingerprint, "compile cache hit");
+            tracing::debug!(fingerprint = %hit.fingerprint, kernels = %hit.host.kernels_line(), "compile cache hit");
             return Ok(Fetched {
                 compiled: hit,
                 from_memory: true,

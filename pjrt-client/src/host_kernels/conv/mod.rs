@@ -61,8 +61,6 @@ pub unsafe extern "C" fn conv_handler(f: *mut XLA_FFI_CallFrame) -> *mut XLA_FFI
     unsafe { handle(f, run) }
 }
 
-/// A convolution's attributes, as the config operand carries them:
-
 /// Everything one call computes before touching data: sizes, strides and
 /// the per-position / per-tap offset tables.
 #[derive(Debug)]
