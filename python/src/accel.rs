@@ -6,8 +6,9 @@
 //! the CUDA PJRT plugin); the program is compiled as given: no CPU-only
 //! rewrite (host GEMM, ...) is applied, because
 //! [`hlobridge::lower::host_lowering_for`] lowers only for `cpu`. The `cpu`
-//! target compiles on the process's CPU runtime client with the same host
-//! lowering `call_jax` would apply, i.e. the program hlobridge runs here.
+//! target compiles on the process's CPU runtime client with the compile
+//! service's options and host lowering ([`hlobridge_compile::prepare`]),
+//! i.e. the program hlobridge runs here.
 //! The GIL is released around the compile.
 
 use crate::errors::pjrt_to_py;
@@ -56,22 +57,20 @@ pub fn compile_for_target<'py>(
     };
     let (result, rewritten) = py
         .allow_threads(|| {
-            let lowered = rt.as_ref().and_then(|rt| {
-                if !rt.client.host_kernels().gemm {
-                    return None;
-                }
-                let l = hlobridge::lower::host_lowering_for(rt.client.platform_name())?;
-                hlobridge::lower::lower_text_for_host(text, &l)
-            });
-            let (program, rewritten) = match &lowered {
-                Some((p, r)) => (p.as_str(), r.rewritten),
-                None => (text, 0),
-            };
             runtime::check_compile()?;
-            let r = compile_target(&t, program, &opts, rt.as_ref().map(|rt| &rt.client));
-            r.map(|c| (c, rewritten))
+            let Some(rt) = rt.as_ref() else {
+                return Ok(compile_target(&t, text, &opts, None).map(|c| (c, 0))?);
+            };
+            // The compile service's options, host lowering and fallback, as
+            // for every program this runtime runs.
+            let policy = hlobridge_compile::CompilePolicy::uncached();
+            let prepared = hlobridge_compile::prepare(&rt.client, opts.clone(), &policy)?;
+            let (c, host) = prepared.compile_with(text, |p| {
+                compile_target(&t, p, &prepared.options, Some(&rt.client))
+            })?;
+            Ok::<_, hlobridge_compile::CompileError>((c, host.gemm_rewritten))
         })
-        .map_err(pjrt_to_py)?;
+        .map_err(crate::executable::compile_error_to_py)?;
     let d = PyDict::new(py);
     d.set_item("target", &result.target)?;
     d.set_item("platform", &result.platform)?;
