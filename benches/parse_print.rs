@@ -20,9 +20,8 @@ fn root() -> PathBuf {
 }
 
 fn big_module() -> Option<(PathBuf, String)> {
-    let path = std::env::var("HLOBRIDGE_BIG_MODULE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root().join(".cache/big/transformer24_train.mlir"));
+    let path = hlobridge_config::path(hlobridge_config::Var::BigModule)
+        .unwrap_or_else(|| root().join(".cache/big/transformer24_train.mlir"));
     let text = std::fs::read_to_string(&path).ok()?;
     Some((path, text))
 }

@@ -12,7 +12,7 @@ fn require(what: &str, found: Option<std::path::PathBuf>) -> Option<std::path::P
     if found.is_none() {
         let msg = format!("{what} not installed (scripts/setup.sh installs it into .venv/accel)");
         let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-        let opted_out = std::env::var("HLOBRIDGE_ACCEL").is_ok_and(|v| v == "0");
+        let opted_out = hlobridge_config::get(hlobridge_config::Var::Accel).as_deref() == Some("0");
         assert!(!ci || opted_out, "{msg}; CI=true requires it");
         eprintln!("skipping: {msg}");
     }

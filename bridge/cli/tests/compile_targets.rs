@@ -16,7 +16,7 @@ fn installed(what: &str, found: Option<PathBuf>) -> bool {
     }
     let msg = format!("{what} not installed (scripts/setup.sh installs it into .venv/accel)");
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let opted_out = std::env::var("HLOBRIDGE_ACCEL").is_ok_and(|v| v == "0");
+    let opted_out = hlobridge_config::get(hlobridge_config::Var::Accel).as_deref() == Some("0");
     assert!(!ci || opted_out, "{msg}; CI=true requires it");
     eprintln!("skipping: {msg}");
     false
@@ -37,8 +37,7 @@ fn cuda() -> bool {
 }
 
 fn corpus(rel: &str) -> PathBuf {
-    let root = std::env::var_os("HLOBRIDGE_SHARED")
-        .map(PathBuf::from)
+    let root = hlobridge_config::path(hlobridge_config::Var::Shared)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
     let p = root.join("corpus").join(rel);
     assert!(p.exists(), "corpus file {} missing", p.display());

@@ -143,9 +143,9 @@ const MIN_MUTANTS: u64 = 200;
 fn mutants_never_panic_or_hang() {
     let seeds = seeds();
     let budget = Duration::from_secs(
-        std::env::var("HLOBRIDGE_MUTATION_SECS")
+        hlobridge_config::parse(hlobridge_config::Var::MutationSecs)
             .ok()
-            .and_then(|s| s.parse().ok())
+            .flatten()
             .unwrap_or(20),
     );
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
