@@ -175,7 +175,7 @@ def client(k: int, addr: str, model: Hybrid, until: float, max_requests: int,
                 else:
                     try:
                         c.predict_raw(body, timeout=1e-4)
-                        count("deadline_ran")
+                        count("deadline_met_in_time")
                     except hb.serve.ServeError as e:
                         count("deadline_ok" if e.code == "DEADLINE_EXCEEDED" else f"deadline_got_{e.code}")
             else:
