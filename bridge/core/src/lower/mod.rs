@@ -95,17 +95,6 @@ pub fn host_lowering_for(platform: &str) -> Option<HostLowering> {
     l.any().then_some(l)
 }
 
-/// Lowers module `text` for a host (CPU) plugin that has the host kernels:
-/// returns the rewritten text and what was rewritten, or `None` when nothing
-/// applies (no products, none admitted, or text this parser does not read,
-/// which is then compiled as it is).
-pub fn lower_text_for_host(
-    text: &str,
-    lowering: &HostLowering,
-) -> Option<(String, HostGemmReport)> {
-    lower_text_for_host_report(text, lowering).map(|(t, r)| (t, r.gemm))
-}
-
 /// What [`lower_text_for_host_report`] rewrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostLoweringReport {
@@ -115,7 +104,11 @@ pub struct HostLoweringReport {
     pub conv: HostConvReport,
 }
 
-/// [`lower_text_for_host`], with what each rewrite did.
+/// Lowers module `text` for a host (CPU) plugin that has the host kernels:
+/// returns the rewritten text and what each rewrite did, or `None` when
+/// nothing applies (no products or convolutions, none admitted, or text this
+/// parser does not read, which is then compiled as it is). The compile
+/// service (`hlobridge-compile`) is its one caller at run time.
 pub fn lower_text_for_host_report(
     text: &str,
     lowering: &HostLowering,
