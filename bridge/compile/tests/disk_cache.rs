@@ -169,3 +169,33 @@ fn xla_flags_are_part_of_the_key() {
     assert_eq!(child(&dir, None), "[0.0, 1.0, 10.0, 0.0] from_disk=true");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A 64x64x64 product: above the host GEMM's size threshold.
+const GEMM: &str = "func.func @main(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %0 : tensor<64x64xf32>
+}
+";
+
+#[test]
+fn a_disk_hit_names_the_same_host_kernels() {
+    let dir = fresh_dir("kernels");
+    let client = client();
+    if !client.host_kernels().gemm {
+        eprintln!(
+            "skipping: host kernels off ({:?})",
+            client.host_kernels().reason
+        );
+        return;
+    }
+    let first = disk(&client, GEMM, &dir);
+    let second = disk(&client, GEMM, &dir);
+    assert!(!first.compiled.from_disk && second.compiled.from_disk);
+    assert_eq!(first.compiled.host, second.compiled.host);
+    if !first.compiled.host.lowering.is_empty() {
+        // HLOBRIDGE_HOST_GEMM not off: the product is a host GEMM call.
+        assert_eq!(first.compiled.host.kernels_line(), "hlobridge_gemm_nn=1");
+        assert_eq!(first.compiled.host.gemm_rewritten, 1);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
