@@ -214,3 +214,62 @@ def test_one_pass_variance_fails_the_statistical_check(monkeypatch: pytest.Monke
     torch._dynamo.reset()
     metrics = run_path(spec, "step_sgd", SEED)
     print(f"seed={SEED} without: {metrics}")
+
+
+# -- each whole step replayed from hlobridge's own state ----------------------
+
+
+REPLAY_REL = 1e-3
+"""A step's update may differ from float64's (same weights, same momentum)
+by this much relative (norm of the difference over the norm of the update),
+or 10x eager float32's own difference, whichever is larger. Eager float32
+is within 2.1e-4 (bn1.weight) on the 2-core AMD EPYC; hlobridge is not yet
+(see the xfail below)."""
+
+
+@pytest.mark.xfail(reason="open (docs/testing.md, 'Exact and statistical accuracy checks'): "
+                          "one step's backward 5e-3 off from layer4.0.conv1 down (gone with "
+                          "HLOBRIDGE_HOST_CONV=0), and deep BatchNorm weights' updates 1e-3 to "
+                          "5e-3 off at every step (also without host convolutions)",
+                   strict=False)
+def test_every_resnet18_sgd_step_matches_float64_from_the_same_state() -> None:
+    """Not chaotic, so exact: each ``compile_train_step`` SGD-with-momentum
+    step of ResNet-18 is replayed in eager float64 (and float32) from
+    hlobridge's weights, buffers and momentum before that step; hlobridge's
+    update of every parameter must be within :data:`REPLAY_REL` of
+    float64's."""
+    import copy
+
+    import hlobridge as hb
+    from model_zoo.spec import zoo_loss
+
+    torch.manual_seed(SEED)
+    spec = by_name("tv-resnet18")
+    model = spec.build().train()
+    loss_fn = zoo_loss(spec)
+    lr, mu = 0.01 * spec.lr_scale, 0.9
+    step = hb.compile_train_step(model, loss_fn, hb.optim.SGD(lr=lr, momentum=mu))
+    momentum: dict[str, torch.Tensor] = {}
+    bad = []
+    for i in range(3):
+        xs = spec.inputs()
+        y = spec.target(xs)
+        grads = {}
+        for dtype in (torch.float64, torch.float32):
+            replay = copy.deepcopy(model).to(dtype)
+            replay.zero_grad()
+            loss_fn(replay, *(x.to(dtype) for x in xs), y).backward()
+            grads[dtype] = {n: p.grad.double() for n, p in replay.named_parameters()}
+        before = {n: p.detach().double().clone() for n, p in model.named_parameters()}
+        step(*xs, y)
+        for n, p in model.named_parameters():
+            got = p.detach().double() - before[n]
+            buf = momentum.get(n)
+            want, f32 = ((-lr * (g if buf is None else mu * buf + g))
+                         for g in (grads[torch.float64][n], grads[torch.float32][n]))
+            size = float(want.norm()) or 1.0
+            rel, own = float((got - want).norm()) / size, float((f32 - want).norm()) / size
+            if rel > max(REPLAY_REL, 10 * own):
+                bad.append(f"step {i} {n}: {rel:.2g} (eager float32 {own:.2g})")
+            momentum[n] = -got / lr
+    assert not bad, f"seed={SEED} updates off float64's from the same state: " + "; ".join(bad)
