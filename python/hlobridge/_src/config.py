@@ -4,14 +4,13 @@ its default and meaning, read through :func:`get` (and its typed helpers).
 The full list of the project's variables (the Rust crates', the tests' and
 the scripts' too) is the Rust crate ``hlobridge-config``, rendered into
 ``docs/configuration.md`` and exposed as
-``hlobridge._native.config_variables()``; the Python rows here repeat those
-the package reads so that each read names its row.
+``hlobridge._native.config_variables()``; :data:`VARIABLES` names those the
+package reads, with the default each reader uses and its module, and takes
+their meaning from that table.
 
 On ``import hlobridge``, :func:`check_environment` warns (``UserWarning``)
 about every ``HLOBRIDGE_*`` variable in the environment that no table knows,
-naming the nearest known one (a typo is otherwise silently ignored). Without
-the native table (an extension built before it existed) the check is skipped:
-the Python rows alone would call the Rust crates' variables unknown.
+naming the nearest known one (a typo is otherwise silently ignored).
 """
 
 from __future__ import annotations
@@ -41,21 +40,28 @@ class Var:
     """The module that reads it."""
 
 
-VARIABLES: dict[str, Var] = {v.name: v for v in (
-    Var("HLOBRIDGE_PALLAS_AUTO_INTERPRET", "1",
-        "`0` turns off running Pallas kernels in interpret mode inside hlobridge's CPU lowerings: "
-        "such a kernel then raises PallasLoweringError. Read at each lowering.",
-        "hlobridge._src.pallas_auto"),
-    Var("HLOBRIDGE_TORCH_ENGINE", "torch_xla_lazy",
-        "The engine that captures the torch side of a whole-step program (only torch_xla_lazy today).",
-        "hlobridge._src.dynamo.engine"),
-    Var("HLOBRIDGE_COORDINATOR_PORT", None,
-        "Port of the JAX distributed coordinator that hlobridge.spmd starts (default MASTER_PORT + 1).",
-        "hlobridge._src.spmd.runtime"),
-    Var("HLOBRIDGE_LOCAL_DEVICES", "1",
-        "CPU devices per process in hlobridge.spmd (jax_num_cpu_devices).",
-        "hlobridge._src.spmd.runtime"),
-)}
+_READS: dict[str, tuple[str | None, str]] = {
+    # name: (the default the reader uses, the module that reads it). The
+    # meaning comes from the one table, hlobridge-config's.
+    "HLOBRIDGE_PALLAS_AUTO_INTERPRET": ("1", "hlobridge._src.pallas_auto"),
+    "HLOBRIDGE_TORCH_ENGINE": ("torch_xla_lazy", "hlobridge._src.dynamo.engine"),
+    "HLOBRIDGE_COORDINATOR_PORT": (None, "hlobridge._src.spmd.runtime"),
+    "HLOBRIDGE_LOCAL_DEVICES": ("1", "hlobridge._src.spmd.runtime"),
+}
+
+
+def _variables() -> dict[str, Var]:
+    from hlobridge import _native
+
+    meanings = {row[0]: row[2] for row in _native.config_variables()}
+    missing = sorted(set(_READS) - set(meanings))
+    if missing:  # the Rust table is the one list: a Python read must have a row there
+        raise RuntimeError(f"hlobridge-config has no row for {missing}")
+    return {name: Var(name, default, meanings[name], reader)
+            for name, (default, reader) in _READS.items()}
+
+
+VARIABLES: dict[str, Var] = _variables()
 
 
 def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -83,16 +89,12 @@ def get_int(name: str, environ: Mapping[str, str] | None = None) -> int | None:
         raise ValueError(f"{name}={value!r} is not an integer") from None
 
 
-def known_names() -> set[str] | None:
-    """The names of every variable the project knows: the Rust table
-    (``hlobridge._native.config_variables()``) and :data:`VARIABLES`;
-    ``None`` when the native table is not available."""
+def known_names() -> set[str]:
+    """The names of every variable the project knows (the Rust table,
+    ``hlobridge._native.config_variables()``)."""
     from hlobridge import _native
 
-    table = getattr(_native, "config_variables", None)
-    if table is None:
-        return None
-    return {row[0] for row in table()} | set(VARIABLES)
+    return {row[0] for row in _native.config_variables()}
 
 
 def unknown_variables(environ: Iterable[str], known: Iterable[str]) -> list[tuple[str, str | None]]:
@@ -109,8 +111,6 @@ def unknown_variables(environ: Iterable[str], known: Iterable[str]) -> list[tupl
 def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Warn once per unknown ``HLOBRIDGE_*`` variable (see the module docs)."""
     known = known_names()
-    if known is None:
-        return
     for name, nearest in unknown_variables(os.environ if environ is None else environ, known):
         hint = f"; did you mean {nearest}?" if nearest else ""
         warnings.warn(f"unknown hlobridge environment variable {name}{hint} "
