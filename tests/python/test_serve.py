@@ -158,7 +158,7 @@ def test_dynamic_batching_concurrent_clients(artifact: tuple[Hybrid, Path]) -> N
 def test_sigterm_drains_requests_in_flight(artifact: tuple[Hybrid, Path]) -> None:
     model, path = artifact
     # A long batching delay holds the requests in the server when SIGTERM comes.
-    proc, addr = start_server(path, "--batching", "--max-delay-us", "800000")
+    proc, addr = start_server(path, "--batching", "--max-delay-us", "2000000")
     results: list[object] = []
     xs = [torch.randn(1, 16) for _ in range(3)]
 
