@@ -90,6 +90,11 @@ class Executable:
     def from_disk_cache(self) -> bool:
         """Loaded from the persistent compile cache instead of compiled."""
     @property
+    def host_kernels(self) -> dict[str, int]:
+        """Host-kernel calls the host lowering put in, by custom-call target
+        (``{"hlobridge_gemm_nn": 2, "hlobridge_conv": 1}``); the same names
+        every front end (serve, the CLI, the Rust runtime) reports."""
+    @property
     def fusions(self) -> list[tuple[str, str, list[str]]]:
         """Fusions of the optimized program: ``(name, kind, opcodes)`` each."""
     @property
