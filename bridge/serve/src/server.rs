@@ -137,6 +137,26 @@ async fn serve_conn(
     }
 }
 
+/// Waits until the worker stops (its [`worker::Liveness`] turns false or its
+/// sender is gone), then reports NOT_SERVING for the service and the server.
+async fn report_when_stopped(
+    mut alive: worker::Liveness,
+    mut reporter: tonic_health::server::HealthReporter,
+) {
+    while alive.changed().await.is_ok() {
+        if !*alive.borrow() {
+            break;
+        }
+    }
+    tracing::error!("the execution thread stopped: health is NOT_SERVING");
+    reporter
+        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
+        .await;
+    reporter
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+}
+
 /// Serves `model` on `listener` until `shutdown` resolves, then drains (see
 /// the module docs) and returns.
 pub async fn serve(
@@ -156,7 +176,7 @@ pub async fn serve(
                 .unwrap_or("the exporter found that its output rows are not independent")
         )));
     }
-    let (queue, worker, mut alive) =
+    let (queue, worker, alive) =
         worker::start(model.clone(), cfg.max_queue, cfg.batching, cfg.max_delay).map_err(
             |source| ServeError::Io {
                 context: "starting the worker thread".into(),
@@ -168,21 +188,7 @@ pub async fn serve(
         .set_service_status(SERVICE_NAME, ServingStatus::Serving)
         .await;
     // The worker gone means the model cannot run: say so.
-    let mut dead_reporter = reporter.clone();
-    let watcher = tokio::spawn(async move {
-        while alive.changed().await.is_ok() {
-            if !*alive.borrow() {
-                break;
-            }
-        }
-        tracing::error!("the execution thread stopped: health is NOT_SERVING");
-        dead_reporter
-            .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-            .await;
-        dead_reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
-    });
+    let watcher = tokio::spawn(report_when_stopped(alive, reporter.clone()));
     let predictor = PredictorServer::new(PredictorService::new(model, queue))
         .max_decoding_message_size(cfg.max_message_bytes)
         .max_encoding_message_size(usize::MAX);
@@ -330,4 +336,62 @@ async fn shutdown_signal() {
         }
     }
     tracing::info!("signal received: shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_health::pb::health_check_response::ServingStatus as S;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn health_says_not_serving_once_the_worker_stops() {
+        let (mut reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status(SERVICE_NAME, ServingStatus::Serving)
+            .await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(tokio_stream_listener(listener)),
+        );
+        let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut c = HealthClient::new(ch);
+        let status = |c: &mut HealthClient<tonic::transport::Channel>| {
+            let mut c = c.clone();
+            async move {
+                c.check(HealthCheckRequest {
+                    service: SERVICE_NAME.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+            }
+        };
+        assert_eq!(status(&mut c).await, S::Serving as i32);
+        // A worker thread that dies (here: unwinds) flips its liveness.
+        let (tx, rx) = watch::channel(true);
+        let watcher = tokio::spawn(report_when_stopped(rx, reporter.clone()));
+        let t = std::thread::spawn(move || {
+            let _alive = tx;
+            panic!("the worker dies");
+        });
+        assert!(t.join().is_err());
+        watcher.await.unwrap();
+        assert_eq!(status(&mut c).await, S::NotServing as i32);
+    }
+
+    fn tokio_stream_listener(
+        l: TcpListener,
+    ) -> impl tokio_stream::Stream<Item = std::io::Result<TcpStream>> {
+        tokio_stream::wrappers::TcpListenerStream::new(l)
+    }
 }
