@@ -34,6 +34,8 @@ def _instance(cls: type[BaseException]) -> BaseException:
     """An instance of ``cls`` with its attributes set as hlobridge sets them."""
     if cls is errors.PallasLoweringError:
         return cls("kern", "tpu", "no Mosaic here")
+    if cls is errors.ServeError:
+        return cls("UNAVAILABLE", "the server is draining")
     e = cls(f"{cls.__name__}: something went wrong")
     if issubclass(cls, errors.PjrtError):
         e.function, e.code = "PJRT_Client_Compile", "InvalidArgument"

@@ -36,7 +36,11 @@ BridgeError
 │   └── DistributedNotSupportedError  DDP/FSDP/DTensor setups hlobridge would run wrong
 ├── PallasLoweringError   a Pallas kernel cannot be lowered (.kernel, .target, .reason)
 ├── DistributedInitError  hlobridge.distributed cannot start JAX's runtime
-└── JaxVersionError       the installed JAX lacks what hlobridge.spmd relies on
+├── JaxVersionError       the installed JAX lacks what hlobridge.spmd relies on
+├── ExportError           hb.export cannot export, or an artifact is malformed or refused
+│   ├── ArtifactHashError     an artifact's files do not match its content hash
+│   └── ArtifactVersionError  an incompatible format, hlobridge or producer version
+└── ServeError            a call to a `hlobridge serve` server failed (.code)
 ```
 
 Pickling: :meth:`BridgeError.__reduce__` rebuilds an instance without
@@ -55,6 +59,8 @@ from typing import Any
 __all__ = [
     "AcceleratorNotInstalledError",
     "ArgumentError",
+    "ArtifactHashError",
+    "ArtifactVersionError",
     "BridgeError",
     "BufferDeletedError",
     "CollectiveNotSupportedError",
@@ -65,6 +71,7 @@ __all__ = [
     "DistributedInitError",
     "DistributedNotSupportedError",
     "DtypeError",
+    "ExportError",
     "FileError",
     "ForkError",
     "InputMutationError",
@@ -78,6 +85,7 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "PluginNotFoundError",
+    "ServeError",
     "SpmdArgumentError",
     "StitchError",
     "TargetError",
@@ -264,3 +272,27 @@ class JaxVersionError(BridgeError):
     """The installed JAX does not have the private pieces hlobridge.spmd
     relies on (``jax.export.Exported``'s fields, the portable-artifact
     serializer)."""
+
+
+class ExportError(BridgeError):
+    """A program cannot be exported (``hb.export``), or an artifact is
+    malformed or refused when loaded."""
+
+
+class ArtifactHashError(ExportError):
+    """An artifact's files do not match its manifest's content hash."""
+
+
+class ArtifactVersionError(ExportError):
+    """An artifact was written by an incompatible format, hlobridge or producer version."""
+
+
+class ServeError(BridgeError):
+    """A call to a ``hlobridge serve`` server failed; ``code`` is the gRPC
+    status name (``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``...)."""
+
+    code: str
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code

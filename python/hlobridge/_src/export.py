@@ -60,30 +60,19 @@ from typing import Any
 import torch
 
 from hlobridge import _native
-from hlobridge.errors import ArgumentError, BridgeError, DtypeError
+from hlobridge.errors import (
+    ArgumentError,
+    ArtifactHashError,
+    ArtifactVersionError,
+    BridgeError,
+    DtypeError,
+    ExportError,
+)
 
 __all__ = ["Artifact", "ArtifactHashError", "ArtifactVersionError", "ExportError", "export", "load"]
 
 FORMAT = _native.ARTIFACT_FORMAT
 WEIGHTS_FILE = "weights.safetensors"
-
-try:  # the package-wide error module, once it defines them
-    from hlobridge.errors import (  # type: ignore[attr-defined]
-        ArtifactHashError,
-        ArtifactVersionError,
-        ExportError,
-    )
-except ImportError:
-
-    class ExportError(BridgeError):  # type: ignore[no-redef]
-        """A program cannot be exported, or an artifact is malformed or refused."""
-
-    class ArtifactHashError(ExportError):  # type: ignore[no-redef]
-        """An artifact's files do not match its manifest's content hash."""
-
-    class ArtifactVersionError(ExportError):  # type: ignore[no-redef]
-        """An artifact was written by an incompatible format, hlobridge or producer version."""
-
 
 def _torch_dtype(mlir: str) -> torch.dtype:
     from hlobridge._src.dtypes import DTYPES

@@ -20,26 +20,13 @@ from typing import Any
 import torch
 
 from hlobridge import _native
-from hlobridge.errors import BridgeError
+from hlobridge.errors import BridgeError, ServeError
 
 __all__ = ["Client", "ServeError", "decode_predict", "encode_predict"]
 
 _SERVICE = "/hlobridge.serve.v1.Predictor/"
 _HEALTH = "/grpc.health.v1.Health/Check"
 _HEALTH_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
-
-
-class ServeError(BridgeError):
-    """A call to a ``hlobridge serve`` server failed; ``code`` is the gRPC
-    status name (``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``...)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        message = str(self).split(": ", 1)[-1]
-        return (type(self), (self.code, message))
 
 
 def encode_predict(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]) -> bytes:
