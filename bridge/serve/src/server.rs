@@ -149,6 +149,11 @@ async fn report_when_stopped(
         }
     }
     tracing::error!("the execution thread stopped: health is NOT_SERVING");
+    not_serving(&mut reporter).await;
+}
+
+/// Health says NOT_SERVING for the service and for the server as a whole.
+async fn not_serving(reporter: &mut tonic_health::server::HealthReporter) {
     reporter
         .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
         .await;
@@ -246,12 +251,7 @@ pub async fn serve(
     drop(listener);
     let hard = tokio::time::Instant::now() + cfg.drain_timeout;
     shared.start_draining();
-    reporter
-        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-        .await;
-    reporter
-        .set_service_status("", ServingStatus::NotServing)
-        .await;
+    not_serving(&mut reporter).await;
     tracing::info!(
         in_flight = shared.in_flight(),
         "shutting down: listener closed, draining requests in flight"
