@@ -13,6 +13,11 @@ comparison works when a model's float64 copy still returns float32.
   put back into the backend's decomposition table; ResNet-18's whole-step
   (``compile_train_step``) SGD cell must then fail the statistical check,
   and pass without it.
+- Exact, per step: each of ResNet-18's whole SGD-with-momentum steps
+  replayed in eager float64 from hlobridge's own weights and momentum; the
+  new momentum buffers match within 1e-4 once the ReLU mask bits of
+  activations within float32 rounding of zero are set as hlobridge's
+  rounding set them (found by flipping, at most three per step).
 
 Seed: ``SEED = 20240917`` (``HLOBRIDGE_TEST_SEED`` overrides it).
 
@@ -219,25 +224,104 @@ def test_one_pass_variance_fails_the_statistical_check(monkeypatch: pytest.Monke
 # -- each whole step replayed from hlobridge's own state ----------------------
 
 
-REPLAY_REL = 1e-3
-"""A step's update may differ from float64's (same weights, same momentum)
-by this much relative (norm of the difference over the norm of the update),
-or 10x eager float32's own difference, whichever is larger. Eager float32
-is within 2.1e-4 (bn1.weight) on the 2-core AMD EPYC; hlobridge is not yet
-(see the xfail below)."""
+REPLAY_REL = 1e-4
+"""A step's momentum buffer (``mu·buf + grad``) may differ from float64's
+(same weights, same incoming buffer, the same ReLU masks) by this much
+relative: norm of the difference over the norm of float64's. Measured on
+the 2-core AMD EPYC (AVX-512, and with XLA limited to AVX2): hlobridge
+within 6.8e-6 (``layer4.1.bn1.weight``), eager float32 within 5.1e-6."""
+
+FLIP_NEAR = 10.0
+"""A ReLU input element whose float64 value is within this many times its
+tensor's RMS float32 rounding error (eager float32 minus float64, the same
+replay) of zero may be on the other side of zero in any float32
+computation: its mask bit is then a coin toss, not a defect."""
+
+MAX_FLIPS = 3
+"""At most this many such mask bits are flipped to explain one step."""
 
 
-@pytest.mark.xfail(reason="open (docs/testing.md, 'Exact and statistical accuracy checks'): "
-                          "one step's backward 5e-3 off from layer4.0.conv1 down (gone with "
-                          "HLOBRIDGE_HOST_CONV=0), and deep BatchNorm weights' updates 1e-3 to "
-                          "5e-3 off at every step (also without host convolutions)",
-                   strict=False)
+class _MaskedReLU(torch.nn.Module):
+    """``nn.ReLU`` that records its input at each call (``(name, call)``)
+    and can flip chosen elements of its mask (the float64 replay of a step
+    where hlobridge's float32 rounding put one near-zero activation on the
+    other side)."""
+
+    def __init__(self, name: str, seen: dict[tuple[str, int], torch.Tensor],
+                 flips: frozenset[tuple[str, int, int]]) -> None:
+        super().__init__()
+        self.name, self.seen, self.flips, self.calls = name, seen, flips, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = (self.name, self.calls)
+        self.calls += 1
+        self.seen[key] = x.detach()
+        keep = x > 0
+        for name, call, i in self.flips:
+            if (name, call) == key:
+                keep = keep.clone()
+                keep.view(-1)[i] = ~keep.view(-1)[i]
+        return torch.where(keep, x, torch.zeros_like(x))
+
+
+def _replay_grads(model: torch.nn.Module, loss_fn: Callable[..., torch.Tensor],
+                  batch: tuple[torch.Tensor, ...], dtype: torch.dtype,
+                  flips: frozenset[tuple[str, int, int]] = frozenset(),
+                  ) -> tuple[dict[str, torch.Tensor], dict[tuple[str, int], torch.Tensor]]:
+    """Eager gradients of a ``dtype`` copy of ``model`` (as float64), and
+    every ReLU input it saw."""
+    import copy
+
+    replay = copy.deepcopy(model).to(dtype)
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+    for name, mod in list(replay.named_modules()):
+        for child, sub in list(mod.named_children()):
+            if isinstance(sub, torch.nn.ReLU):
+                setattr(mod, child, _MaskedReLU(f"{name}.{child}".lstrip("."), seen, flips))
+    replay.zero_grad()
+    *xs, y = batch
+    loss_fn(replay, *(x.to(dtype) for x in xs), y).backward()
+    return {n: p.grad.double() for n, p in replay.named_parameters()}, seen
+
+
+def _near_zero(seen64: dict[tuple[str, int], torch.Tensor],
+               seen32: dict[tuple[str, int], torch.Tensor]) -> list[tuple[float, str, int, int]]:
+    """ReLU input elements within :data:`FLIP_NEAR` float32 rounding errors
+    of zero in float64: ``(|x| / rounding, name, call, flat index)``,
+    nearest first."""
+    out = []
+    for (name, call), x64 in seen64.items():
+        err = float((seen32[(name, call)].double() - x64).pow(2).mean().sqrt())
+        if err == 0.0:
+            continue
+        ratio = (x64.abs() / err).reshape(-1)
+        for i in torch.nonzero(ratio < FLIP_NEAR).reshape(-1).tolist():
+            out.append((float(ratio[i]), name, call, i))
+    return sorted(out)
+
+
 def test_every_resnet18_sgd_step_matches_float64_from_the_same_state() -> None:
     """Not chaotic, so exact: each ``compile_train_step`` SGD-with-momentum
     step of ResNet-18 is replayed in eager float64 (and float32) from
-    hlobridge's weights, buffers and momentum before that step; hlobridge's
-    update of every parameter must be within :data:`REPLAY_REL` of
-    float64's."""
+    hlobridge's weights, buffers and momentum before that step.
+
+    - hlobridge's new momentum buffer (``mu·buf + grad``, from
+      ``TrainStep.state``) of every parameter must be within
+      :data:`REPLAY_REL` of float64's. The buffer, not the weights' change:
+      a weight near 1 (BatchNorm's) is stored in float32 with a spacing of
+      1.2e-7, and ``lr = 1e-3`` times a gradient of 1e-3 moves it by a few
+      dozen spacings, so the stored change is 0.5 spacing / lr = 6e-5 off
+      in gradient units, in any float32 implementation (1e-3 to 5e-3
+      relative for the deep layers' small BatchNorm weight gradients).
+    - A step may differ by a ReLU mask bit of an activation within
+      :data:`FLIP_NEAR` float32 rounding errors of zero (hlobridge's
+      convolutions round differently from eager's, so which side such an
+      element falls on is a coin toss; one such bit in ``layer4.0`` moves
+      every update below it by 5e-3): the float64 replay flips up to
+      :data:`MAX_FLIPS` of them, nearest to zero first, while that brings
+      it closer, and must then match.
+    - The weights' new values are the SGD arithmetic on the buffer:
+      ``p - lr·buf`` within one float32 spacing."""
     import copy
 
     import hlobridge as hb
@@ -249,27 +333,66 @@ def test_every_resnet18_sgd_step_matches_float64_from_the_same_state() -> None:
     loss_fn = zoo_loss(spec)
     lr, mu = 0.01 * spec.lr_scale, 0.9
     step = hb.compile_train_step(model, loss_fn, hb.optim.SGD(lr=lr, momentum=mu))
-    momentum: dict[str, torch.Tensor] = {}
-    bad = []
+    names = [n for n, _ in model.named_parameters()]
+    bad: list[str] = []
     for i in range(3):
         xs = spec.inputs()
-        y = spec.target(xs)
-        grads = {}
-        for dtype in (torch.float64, torch.float32):
-            replay = copy.deepcopy(model).to(dtype)
-            replay.zero_grad()
-            loss_fn(replay, *(x.to(dtype) for x in xs), y).backward()
-            grads[dtype] = {n: p.grad.double() for n, p in replay.named_parameters()}
+        batch = (*xs, spec.target(xs))
+        start = copy.deepcopy(model)  # the flips' replays run after the step
+        g64, seen64 = _replay_grads(start, loss_fn, batch, torch.float64)
+        g32, seen32 = _replay_grads(start, loss_fn, batch, torch.float32)
         before = {n: p.detach().double().clone() for n, p in model.named_parameters()}
-        step(*xs, y)
+        bufs = {n: b.double() for n, b in step.state.items()} if i else \
+            {n: torch.zeros_like(before[n]) for n in names}
+        step(*batch)
+        got = {n: b.double() for n, b in step.state.items()}
+
+        def diffs(grads: dict[str, torch.Tensor]) -> dict[str, tuple[float, float]]:
+            """Per parameter: relative difference from ``grads``' buffer, and
+            eager float32's own."""
+            out = {}
+            for n in names:
+                want = mu * bufs[n] + grads[n]
+                size = float(want.norm()) or 1.0
+                out[n] = (float((got[n] - want).norm()) / size,
+                          float((mu * bufs[n] + g32[n] - want).norm()) / size)
+            return out
+
+        def off(grads: dict[str, torch.Tensor]) -> dict[str, tuple[float, float]]:
+            """:func:`diffs` above the bound."""
+            return {n: (rel, own) for n, (rel, own) in diffs(grads).items() if rel > REPLAY_REL}
+
+        def worst(d: dict[str, tuple[float, float]]) -> float:
+            return max((r for r, _ in d.values()), default=0.0)
+
+        flips: frozenset[tuple[str, int, int]] = frozenset()
+        now = off(g64)
+        candidates = _near_zero(seen64, seen32)
+        while now and len(flips) < MAX_FLIPS:
+            tries = []
+            for _, name, call, j in candidates:
+                if (name, call, j) not in flips:
+                    more = flips | {(name, call, j)}
+                    tries.append((worst(off(_replay_grads(start, loss_fn, batch, torch.float64,
+                                                          more)[0])), more))
+            if not tries or min(tries)[0] >= worst(now):
+                break
+            flips = min(tries, key=lambda t: t[0])[1]
+            now = off(_replay_grads(start, loss_fn, batch, torch.float64, flips)[0])
+        final = diffs(_replay_grads(start, loss_fn, batch, torch.float64, flips)[0]
+                      if flips else g64)
+        top = max(final, key=lambda n: final[n][0])
+        print(f"step {i}: largest difference {final[top][0]:.2g} ({top}), eager float32's "
+              f"{max(o for _, o in final.values()):.2g}; ReLU mask bits within "
+              f"{FLIP_NEAR:g} roundings of zero: {len(candidates)}, flipped: {sorted(flips)}")
+        bad += [f"step {i} {n}: {rel:.2g} (eager float32 {own:.2g})"
+                for n, (rel, own) in now.items()]
         for n, p in model.named_parameters():
-            got = p.detach().double() - before[n]
-            buf = momentum.get(n)
-            want, f32 = ((-lr * (g if buf is None else mu * buf + g))
-                         for g in (grads[torch.float64][n], grads[torch.float32][n]))
-            size = float(want.norm()) or 1.0
-            rel, own = float((got - want).norm()) / size, float((f32 - want).norm()) / size
-            if rel > max(REPLAY_REL, 10 * own):
-                bad.append(f"step {i} {n}: {rel:.2g} (eager float32 {own:.2g})")
-            momentum[n] = -got / lr
+            new, want = p.detach().double(), before[n] - lr * got[n]
+            spacing = torch.nextafter(new.abs().float(), torch.tensor(float("inf"))).double() \
+                - new.abs()
+            slack = (new - want).abs() - spacing - 2e-7 * (lr * got[n]).abs()
+            if float(slack.max()) > 0:
+                bad.append(f"step {i} {n}: new weights not p - lr*buf "
+                           f"(by {float(slack.max()):.2g})")
     assert not bad, f"seed={SEED} updates off float64's from the same state: " + "; ".join(bad)
