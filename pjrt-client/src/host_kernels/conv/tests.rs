@@ -179,3 +179,209 @@ fn mismatched_shapes_are_errors() {
     assert!(ConvPlan::new(&c, &[2, 3, 5, 5], &[4, 2, 2, 2], &[2, 4, 3, 9]).is_err());
     assert!(ConvPlan::new(&c, &[2, 3, 5], &[4, 3, 2], &[2, 4, 3]).is_err());
 }
+
+/// XLA's convolution semantics for any dimension order (feature groups
+/// only), in f64 from f32 operands: the result and, per element, the sum
+/// of the products' magnitudes (the scale of float32 rounding).
+fn naive_any(
+    c: &ConvConfig,
+    x: &[f32],
+    xd: &[i64],
+    w: &[f32],
+    wd: &[i64],
+    yd: &[i64],
+) -> (Vec<f64>, Vec<f64>) {
+    let (ls, rs, ys) = (
+        row_major_strides(xd),
+        row_major_strides(wd),
+        row_major_strides(yd),
+    );
+    let at = |d: &[i64], i: usize| d[i] as usize;
+    let (ki, ko) = (at(wd, c.rhs[0]), at(wd, c.rhs[1]));
+    let cout = ko / c.groups as usize;
+    let ks = [at(wd, c.rhs[2]), at(wd, c.rhs[3])];
+    let ins = [at(xd, c.lhs[2]), at(xd, c.lhs[3])];
+    let os = [at(yd, c.out[2]), at(yd, c.out[3])];
+    let len = yd.iter().product::<i64>() as usize;
+    let (mut y, mut mag) = (vec![0.0; len], vec![0.0; len]);
+    for b in 0..at(yd, c.out[0]) {
+        for o in 0..ko {
+            for oy in 0..os[0] {
+                for ox in 0..os[1] {
+                    let (mut acc, mut m) = (0.0f64, 0.0f64);
+                    for ci in 0..ki {
+                        for ky in 0..ks[0] {
+                            for kx in 0..ks[1] {
+                                let (k, o2) = ([ky, kx], [oy, ox]);
+                                let mut idx = [0usize; 2];
+                                let ok = (0..2).all(|i| {
+                                    let kk = if c.reverse[i] { ks[i] - 1 - k[i] } else { k[i] };
+                                    let p = o2[i] as i64 * c.stride[i]
+                                        + kk as i64 * c.rhs_dilation[i]
+                                        - c.pad_lo[i];
+                                    let d = c.lhs_dilation[i];
+                                    idx[i] = (p / d.max(1)) as usize;
+                                    p >= 0 && p % d == 0 && ((p / d) as usize) < ins[i]
+                                });
+                                if !ok {
+                                    continue;
+                                }
+                                let xo = b * ls[c.lhs[0]]
+                                    + ((o / cout) * ki + ci) * ls[c.lhs[1]]
+                                    + idx[0] * ls[c.lhs[2]]
+                                    + idx[1] * ls[c.lhs[3]];
+                                let wo = ci * rs[c.rhs[0]]
+                                    + o * rs[c.rhs[1]]
+                                    + ky * rs[c.rhs[2]]
+                                    + kx * rs[c.rhs[3]];
+                                let p = x[xo] as f64 * w[wo] as f64;
+                                acc += p;
+                                m += p.abs();
+                            }
+                        }
+                    }
+                    let yo =
+                        b * ys[c.out[0]] + o * ys[c.out[1]] + oy * ys[c.out[2]] + ox * ys[c.out[3]];
+                    y[yo] = acc;
+                    mag[yo] = m;
+                }
+            }
+        }
+    }
+    (y, mag)
+}
+
+/// The f32 kernel against [`naive_any`] on operands of physical dims `xd`,
+/// `wd`, `yd` whose data start at `skew` elements into their allocations
+/// (not 32-byte aligned), with NaN in the result beforehand.
+fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
+    let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // Half of them near zero, as post-ReLU data and sparse gradients.
+        let v = (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        if seed & 1 == 0 {
+            v * 1e-3
+        } else {
+            v
+        }
+    };
+    let xa: Vec<f32> = (0..n(xd) + skew).map(|_| rand()).collect();
+    let wa: Vec<f32> = (0..n(wd) + skew).map(|_| rand()).collect();
+    let mut ya = vec![f32::NAN; n(yd) + skew];
+    let plan = ConvPlan::new(c, xd, wd, yd).unwrap();
+    let view = |p: *const f32, d: &[i64]| BufferView {
+        dtype: XLA_FFI_DataType_F32,
+        data: p as *mut f32 as *mut std::ffi::c_void,
+        dims: Box::leak(d.to_vec().into_boxed_slice()),
+    };
+    // SAFETY: each allocation holds skew + its dims' elements.
+    unsafe {
+        conv_typed::<f32>(
+            &plan,
+            &view(xa.as_ptr().add(skew), xd),
+            &view(wa.as_ptr().add(skew), wd),
+            &view(ya.as_mut_ptr().add(skew), yd),
+        )
+    }
+    .unwrap();
+    let (want, mag) = naive_any(c, &xa[skew..], xd, &wa[skew..], wd, yd);
+    for (i, ((&a, &b), &m)) in ya[skew..].iter().zip(&want).zip(&mag).enumerate() {
+        assert!(
+            (a as f64 - b).abs() <= 1e-6 * m + 1e-30,
+            "{c:?} {xd:?} x {wd:?} -> {yd:?} element {i}: {a} vs {b} (scale {m})"
+        );
+    }
+    assert!(
+        ya[..skew].iter().all(|v| v.is_nan()),
+        "wrote before the result"
+    );
+}
+
+fn conv(
+    lhs: [usize; 4],
+    rhs: [usize; 4],
+    out: [usize; 4],
+    stride: i64,
+    pad: (i64, i64),
+    dil: (i64, i64),
+    reverse: bool,
+) -> ConvConfig {
+    ConvConfig {
+        groups: 1,
+        batch_groups: 1,
+        lhs: lhs.to_vec(),
+        rhs: rhs.to_vec(),
+        out: out.to_vec(),
+        stride: vec![stride; 2],
+        pad_lo: vec![pad.0; 2],
+        pad_hi: vec![pad.1; 2],
+        lhs_dilation: vec![dil.0; 2],
+        rhs_dilation: vec![dil.1; 2],
+        reverse: vec![reverse; 2],
+    }
+}
+
+/// The backward convolutions of ResNet-18's 3x3 layers at 32x32 images,
+/// batch 16, as the rewrite receives them (the ones on the steps where the
+/// step replay first looked off, `layer2.1` and `layer4.0`): input
+/// gradients (reversed window, `[i, o]` swapped, lhs dilation for stride 2)
+/// and weight gradients (`[f, b, 0, 1] x [i, o, 0, 1] -> [0, 1, b, f]`,
+/// rhs dilation for stride 2), several row chunks, misaligned buffers.
+#[test]
+fn resnet_backward_convolutions_match_float64() {
+    let nchw = [0, 1, 2, 3];
+    // layer2.1.conv2, input gradient: dy [16,128,4,4], w [128(o),128(i),3,3].
+    let c = conv(nchw, [0, 1, 2, 3], nchw, 1, (1, 1), (1, 1), true);
+    for skew in [0, 1, 3] {
+        check_f32(
+            &c,
+            &[16, 128, 4, 4],
+            &[128, 128, 3, 3],
+            &[16, 128, 4, 4],
+            skew,
+        );
+    }
+    // layer2.1.conv2, weight gradient: x [16,128,4,4] as [f, b, 0, 1],
+    // dy [16,128,4,4] as [i, o, 0, 1], result [3, 3, 128(i), 128(o)].
+    let c = conv(
+        [1, 0, 2, 3],
+        [0, 1, 2, 3],
+        [2, 3, 0, 1],
+        1,
+        (1, 1),
+        (1, 1),
+        false,
+    );
+    check_f32(&c, &[16, 128, 4, 4], &[16, 128, 4, 4], &[3, 3, 128, 128], 1);
+    // layer4.0.conv1 (3x3 stride 2, 2x2 -> 1x1), input gradient.
+    let c = conv(nchw, [0, 1, 2, 3], nchw, 1, (1, 2), (2, 1), true);
+    check_f32(&c, &[16, 512, 1, 1], &[512, 256, 3, 3], &[16, 256, 2, 2], 3);
+    // ... and its weight gradient (dy as a window dilated by 2).
+    let c = conv(
+        [1, 0, 2, 3],
+        [0, 1, 2, 3],
+        [2, 3, 0, 1],
+        1,
+        (1, 0),
+        (1, 2),
+        false,
+    );
+    check_f32(&c, &[16, 256, 2, 2], &[16, 512, 1, 1], &[3, 3, 256, 512], 2);
+    // layer1 (8x8, 64 features): many row chunks, in place and scattered.
+    let c = conv(nchw, [0, 1, 2, 3], nchw, 1, (1, 1), (1, 1), true);
+    check_f32(&c, &[16, 64, 8, 8], &[64, 64, 3, 3], &[16, 64, 8, 8], 1);
+    let c = conv(
+        [1, 0, 2, 3],
+        [0, 1, 2, 3],
+        [2, 3, 0, 1],
+        1,
+        (1, 1),
+        (1, 1),
+        false,
+    );
+    check_f32(&c, &[16, 64, 8, 8], &[16, 64, 8, 8], &[3, 3, 64, 64], 0);
+}
