@@ -18,7 +18,7 @@
 //! 8. one log line per request, without request data.
 
 use bytes::Bytes;
-use hlobridge_deploy::writer::{demo_artifact, demo_row_sum_artifact};
+use hlobridge_deploy::writer::demo_row_sum_artifact;
 use hlobridge_deploy::Model;
 use hlobridge_serve::pb::predictor_client::PredictorClient;
 use hlobridge_serve::pb::{NamedTensor, PredictRequest, PredictResponse, Tensor};
@@ -30,69 +30,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 use tonic::Code;
 
+mod common;
+use common::{client, start_demo, start_model, Running};
+
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("hb-hard-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
-struct Running {
-    addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), ServeError>>,
-}
-
-impl Running {
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn stop(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(30), self.done)
-            .await
-            .expect("the server did not stop")
-            .unwrap()
-            .unwrap();
-    }
-}
-
-async fn start_model(model: Model, cfg: ServeConfig) -> Running {
-    let model = Arc::new(model);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(async move {
-        serve(model, &cfg, listener, async {
-            let _ = rx.await;
-        })
-        .await
-    });
-    Running {
-        addr,
-        stop: Some(tx),
-        done,
-    }
+    common::tmp("hard", name)
 }
 
 async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
-    let dir = tmp(name);
-    demo_artifact(&dir, buckets).unwrap();
-    start_model(Model::load(&dir).unwrap(), cfg).await
-}
-
-async fn client(url: &str) -> PredictorClient<Channel> {
-    for _ in 0..100 {
-        if let Ok(ch) = Channel::from_shared(url.to_string())
-            .unwrap()
-            .connect()
-            .await
-        {
-            return PredictorClient::new(ch);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("server did not come up");
+    start_demo(&tmp(name), buckets, cfg).await
 }
 
 fn x(rows: i64) -> Tensor {

@@ -3,19 +3,16 @@
 //! the server still serving afterwards, bearer tokens, the public-address
 //! refusal, and a graceful shutdown.
 
-use hlobridge_deploy::writer::demo_artifact;
-use hlobridge_deploy::Model;
-use hlobridge_serve::pb::predictor_client::PredictorClient;
 use hlobridge_serve::pb::{MetadataRequest, NamedTensor, PredictRequest, Tensor};
-use hlobridge_serve::{serve, ServeConfig, ServeError};
-use std::sync::Arc;
+use hlobridge_serve::{ServeConfig, ServeError};
 use tonic::transport::Channel;
 use tonic::Code;
 
+mod common;
+use common::{client, start_demo, Running};
+
 fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("hb-serve-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    common::tmp("serve", name)
 }
 
 fn f32s(v: &[f32]) -> Vec<u8> {
@@ -54,44 +51,8 @@ fn output<'a>(out: &'a hlobridge_serve::pb::PredictResponse, name: &str) -> &'a 
         .unwrap_or_else(|| panic!("no output {name}"))
 }
 
-struct Running {
-    addr: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), ServeError>>,
-}
-
 async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
-    let dir = tmp(name);
-    demo_artifact(&dir, buckets).unwrap();
-    let model = Arc::new(Model::load(&dir).unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(async move {
-        serve(model, &cfg, listener, async {
-            let _ = rx.await;
-        })
-        .await
-    });
-    Running {
-        addr,
-        stop: Some(tx),
-        done,
-    }
-}
-
-async fn client(addr: &str) -> PredictorClient<Channel> {
-    for _ in 0..50 {
-        if let Ok(ch) = Channel::from_shared(addr.to_string())
-            .unwrap()
-            .connect()
-            .await
-        {
-            return PredictorClient::new(ch);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    panic!("server did not come up");
+    start_demo(&tmp(name), buckets, cfg).await
 }
 
 fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
@@ -127,7 +88,7 @@ async fn predicts_metadata_health_and_bad_requests() {
         ..ServeConfig::default()
     };
     let mut srv = start(&[1, 4], cfg, "basic").await;
-    let mut c = client(&srv.addr).await;
+    let mut c = client(&srv.url()).await;
     for rows in [1, 3, 4] {
         let (xv, t) = x(rows, rows as f32);
         let out = c.predict(req(vec![("x", t)])).await.unwrap().into_inner();
@@ -234,7 +195,7 @@ async fn predicts_metadata_health_and_bad_requests() {
         );
     }
 
-    let ch = Channel::from_shared(srv.addr.clone())
+    let ch = Channel::from_shared(srv.url())
         .unwrap()
         .connect()
         .await
@@ -278,7 +239,7 @@ async fn batching_splits_results_back() {
         ..ServeConfig::default()
     };
     let mut srv = start(&[1, 2, 8], cfg, "batch").await;
-    let c = client(&srv.addr).await;
+    let c = client(&srv.url()).await;
     let mut tasks = Vec::new();
     for k in 0..24 {
         let mut c = c.clone();
@@ -307,7 +268,7 @@ async fn bearer_token_and_public_address() {
         ..ServeConfig::default()
     };
     let mut srv = start(&[2], cfg, "tokart").await;
-    let mut c = client(&srv.addr).await;
+    let mut c = client(&srv.url()).await;
     let (xv, t) = x(2, 0.5);
     let e = c.predict(req(vec![("x", t.clone())])).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
@@ -355,7 +316,7 @@ async fn deadline_and_shutdown_while_busy() {
         ..cfg.clone()
     };
     let mut srv = start(&[8], short, "deadline").await;
-    let mut c = client(&srv.addr).await;
+    let mut c = client(&srv.url()).await;
     let (_, t) = x(4, 0.0);
     let e = c.predict(req(vec![("x", t)])).await.unwrap_err();
     assert_eq!(e.code(), Code::DeadlineExceeded);
@@ -363,7 +324,7 @@ async fn deadline_and_shutdown_while_busy() {
     srv.done.await.unwrap().unwrap();
 
     let mut srv = start(&[8], cfg, "drain").await;
-    let c = client(&srv.addr).await;
+    let c = client(&srv.url()).await;
     let mut tasks = Vec::new();
     for k in 0..3 {
         let mut c = c.clone();

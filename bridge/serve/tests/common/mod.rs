@@ -1,0 +1,85 @@
+//! What the serve test files share: a scratch directory per test, a server
+//! on a loopback port of its own, and a client that waits for it.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use hlobridge_deploy::writer::demo_artifact;
+use hlobridge_deploy::Model;
+use hlobridge_serve::pb::predictor_client::PredictorClient;
+use hlobridge_serve::{serve, ServeConfig, ServeError};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// A fresh scratch directory `<tmp>/hb-<file>-<pid>-<name>`.
+pub fn tmp(file: &str, name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("hb-{file}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// A server running on a task of its own.
+pub struct Running {
+    pub addr: std::net::SocketAddr,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub done: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// `http://ADDR`, for clients.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Asks the server to stop (as SIGTERM does) and waits up to 30 s for
+    /// it to drain and return `Ok`.
+    pub async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(30), self.done)
+            .await
+            .expect("the server did not stop")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Serves `model` with `cfg` on a free loopback port.
+pub async fn start_model(model: Model, cfg: ServeConfig) -> Running {
+    let model = Arc::new(model);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(async move {
+        serve(model, &cfg, listener, async {
+            let _ = rx.await;
+        })
+        .await
+    });
+    Running {
+        addr,
+        stop: Some(tx),
+        done,
+    }
+}
+
+/// Serves the demo artifact (`y = x * [1, 2, 3]`, `s = y.sum(1)`) exported
+/// at `buckets` into `dir`.
+pub async fn start_demo(dir: &std::path::Path, buckets: &[i64], cfg: ServeConfig) -> Running {
+    demo_artifact(dir, buckets).unwrap();
+    start_model(Model::load(dir).unwrap(), cfg).await
+}
+
+/// A client of `url`, retrying the connection for up to 2 s.
+pub async fn client(url: &str) -> PredictorClient<Channel> {
+    for _ in 0..100 {
+        if let Ok(ch) = Channel::from_shared(url.to_string())
+            .unwrap()
+            .connect()
+            .await
+        {
+            return PredictorClient::new(ch);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("server did not come up");
+}
