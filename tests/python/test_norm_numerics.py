@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import hlobridge as hb
+from norm_nets import OffsetNormNet
 
 OFFSET = 1000.0
 FACTOR = 20.0
@@ -106,24 +107,11 @@ def test_eval_batch_norm_keeps_the_low_bits() -> None:
         _check(compiled(x), m(x), copy.deepcopy(m).double()(x.double()), "eval batch norm")
 
 
-class _Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.ln = torch.nn.LayerNorm(16)
-        self.fc = torch.nn.Linear(16, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.bn(self.conv(x)))
-        return self.fc(self.ln(h.mean((2, 3)) + OFFSET))
-
-
 def test_train_step_with_offset_activations_matches_eager_accuracy() -> None:
     """Whole-step capture: one SGD step on a net whose LayerNorm sees mean
     ~1000 rows and whose BatchNorm sees inputs shifted by 1000."""
     torch.manual_seed(13)
-    net = _Net()
+    net = OffsetNormNet(OFFSET)
     x, y = torch.randn(8, 3, 6, 6) + OFFSET, torch.randint(0, 5, (8,))
     n32, n64 = copy.deepcopy(net), copy.deepcopy(net).double()
 

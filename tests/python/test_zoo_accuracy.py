@@ -39,6 +39,7 @@ from model_zoo.accuracy import check_exact, check_statistical, multiplier
 from model_zoo.paths import run_path
 from model_zoo.results import SEED, fresh_dynamo  # noqa: F401 (fixture)
 from model_zoo.spec import ZooModel
+from norm_nets import OffsetNormNet
 
 TOL = dict(rtol=1e-3, atol=1e-4)
 
@@ -202,26 +203,8 @@ def _put_back_one_pass_variance(monkeypatch: pytest.MonkeyPatch) -> None:
     assert decompositions()[op] is _one_pass_var_mean, "the two-pass variance is still in"
 
 
-class _OffsetNet(torch.nn.Module):
-    """conv -> BatchNorm -> ReLU -> pooled -> +offset -> LayerNorm -> fc: both
-    normalizations see inputs whose mean is far above their spread (as raw
-    pixels or unnormalized features), where the one-pass variance cancels."""
-
-    def __init__(self, offset: float) -> None:
-        super().__init__()
-        self.offset = offset
-        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.ln = torch.nn.LayerNorm(16)
-        self.fc = torch.nn.Linear(16, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn(self.conv(x)))
-        return self.fc(self.ln(h.mean((2, 3)) + self.offset))
-
-
 def _offset_net_steps(offset: float, steps: int = 3) -> None:
-    """``steps`` whole-step SGD-with-momentum steps of :class:`_OffsetNet`
+    """``steps`` whole-step SGD-with-momentum steps of ``OffsetNormNet``
     on inputs of mean ``offset`` through ``compile_train_step``, judged by
     :func:`check_statistical` against the same steps in eager float32 and
     float64 (the zoo's whole-step check, with its ``PARAM_TOL``)."""
@@ -231,7 +214,7 @@ def _offset_net_steps(offset: float, steps: int = 3) -> None:
     from model_zoo.paths import PARAM_TOL
 
     torch.manual_seed(SEED)
-    net = _OffsetNet(offset)
+    net = OffsetNormNet(offset)
     e32, e64 = copy.deepcopy(net), copy.deepcopy(net).double()
     start = {k: t.detach().clone() for k, t in net.state_dict().items()}
 
