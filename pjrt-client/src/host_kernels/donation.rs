@@ -282,6 +282,16 @@ pub fn wait_helping(_waiting: &Waiter, done: impl Fn() -> bool) {
     }
 }
 
+/// Held by every lib test that posts to or watches the one job board (these
+/// donation tests, and the GEMM and convolution kernels' tests, whose
+/// products post when a waiter is registered), so that no test sees another
+/// test's job there.
+#[cfg(test)]
+pub(crate) fn test_serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,10 +300,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// The board is process-wide: these tests take turns with it.
-    static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+        super::test_serial()
     }
 
     thread_local! {
@@ -308,8 +317,21 @@ mod tests {
         }
     }
 
+    /// Whether the board empties within 5 s. Other lib tests (the GEMM and
+    /// convolution kernels') post jobs of their own concurrently, so a job
+    /// seen on the board at one instant may be theirs; a job this test
+    /// left behind would stay there for good.
     fn board_is_empty() -> bool {
-        BOARD.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        let t = Instant::now();
+        loop {
+            if BOARD.lock().unwrap_or_else(|e| e.into_inner()).is_none() {
+                return true;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// `helpers` threads that call `help` until dropped.
@@ -356,15 +378,12 @@ mod tests {
         let helper_fp = FpEnv::current();
         let results: Arc<Mutex<Vec<(bool, f32, FpEnv)>>> = Arc::default();
         let poster_ftz = helper_fp.with_ftz_daz();
-        let helper_ran = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let helper = {
-            let (stop, ran) = (stop.clone(), helper_ran.clone());
+            let stop = stop.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    if help() {
-                        ran.store(true, Ordering::Release);
-                    } else {
+                    if !help() {
                         std::thread::yield_now();
                     }
                 }
@@ -372,17 +391,20 @@ mod tests {
             })
         };
         let poster = {
-            let (results, ran) = (results.clone(), helper_ran.clone());
+            let results = results.clone();
             std::thread::spawn(move || {
                 let _ftz = poster_ftz.enter();
                 let me = std::thread::current().id();
                 let r = run_shared(2, false, move |_| {
                     let on_poster = std::thread::current().id() == me;
                     if on_poster {
-                        // Let the helper take the other chunk.
+                        // Let the helper take the other chunk: wait until a
+                        // chunk of *this* call has run off the poster (the
+                        // helper may run other tests' donated work first,
+                        // so "the helper ran something" does not say it took
+                        // ours).
                         let t = Instant::now();
-                        while !ran.load(Ordering::Acquire)
-                            && results.lock().unwrap().iter().all(|r| r.0)
+                        while results.lock().unwrap().iter().all(|r| r.0)
                             && t.elapsed() < Duration::from_secs(20)
                         {
                             std::thread::sleep(Duration::from_micros(100));

@@ -510,6 +510,7 @@ mod tests {
 
     #[test]
     fn every_transposition_matches_a_naive_product() {
+        let _board = crate::host_kernels::donation::test_serial();
         let (m, k, n) = (7, 5, 3);
         let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
         let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.71).cos()).collect();

@@ -146,6 +146,7 @@ fn check(c: &ConvConfig, xd: [usize; 4], wd: [usize; 4]) {
 
 #[test]
 fn matches_a_naive_convolution() {
+    let _board = crate::host_kernels::donation::test_serial();
     // dilations, reversal, negative padding, strides
     check(
         &cfg2(1, 1, [2, 1], [1, -1, 0, 2]),
@@ -333,6 +334,7 @@ fn conv(
 /// rhs dilation for stride 2), several row chunks, misaligned buffers.
 #[test]
 fn resnet_backward_convolutions_match_float64() {
+    let _board = crate::host_kernels::donation::test_serial();
     let nchw = [0, 1, 2, 3];
     // layer2.1.conv2, input gradient: dy [16,128,4,4], w [128(o),128(i),3,3].
     let c = conv(nchw, [0, 1, 2, 3], nchw, 1, (1, 1), (1, 1), true);
