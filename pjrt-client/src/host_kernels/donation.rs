@@ -212,9 +212,7 @@ fn unclaimed_work() -> bool {
 /// block in the plugin.
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !hlobridge_config::is_off(hlobridge_config::Var::GemmDonate)
-    })
+    *ON.get_or_init(|| !hlobridge_config::is_off(hlobridge_config::Var::GemmDonate))
 }
 
 /// Whether any thread is waiting for a program in [`wait_helping`], and so
