@@ -11,43 +11,42 @@ use pjrt_client::Client;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-type Cache = Mutex<HashMap<Vec<u8>, Arc<Compiled>>>;
+/// Per client (its address), the executables by content key: a lookup
+/// borrows the caller's key, so a hit copies no module text.
+type Map = HashMap<u64, HashMap<Vec<u8>, Arc<Compiled>>>;
+type Cache = Mutex<Map>;
 
 fn cache() -> &'static Cache {
     static C: OnceLock<Cache> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn lock() -> MutexGuard<'static, HashMap<Vec<u8>, Arc<Compiled>>> {
+fn lock() -> MutexGuard<'static, Map> {
     cache().lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn full_key(client: &Client, content: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + content.len());
-    k.extend_from_slice(&(client.raw() as usize as u64).to_le_bytes());
-    k.extend_from_slice(content);
-    k
+fn client_key(client: &Client) -> u64 {
+    client.raw() as usize as u64
 }
 
 pub(crate) fn get(client: &Client, content: &[u8]) -> Option<Arc<Compiled>> {
     // The guard is a temporary of this statement: released before the
     // caller logs.
-    lock().get(&full_key(client, content)).cloned()
+    lock()
+        .get(&client_key(client))
+        .and_then(|m| m.get(content))
+        .cloned()
 }
 
-/// Inserts `compiled` unless another thread inserted the same key first;
-/// returns the entry every caller shares. The duplicate is dropped after
-/// the lock is released (destroying an executable may log).
 pub(crate) fn insert(client: &Client, content: Vec<u8>, compiled: Compiled) -> Arc<Compiled> {
-    let key = full_key(client, &content);
-    drop(content);
     let (entry, duplicate) = {
         let mut c = lock();
-        match c.get(&key) {
+        let m = c.entry(client_key(client)).or_default();
+        match m.get(&content) {
             Some(first) => (first.clone(), Some(compiled)),
             None => {
                 let e = Arc::new(compiled);
-                c.insert(key, e.clone());
+                m.insert(content, e.clone());
                 (e, None)
             }
         }
@@ -56,12 +55,10 @@ pub(crate) fn insert(client: &Client, content: Vec<u8>, compiled: Compiled) -> A
     entry
 }
 
-/// Drops every cached executable; returns how many there were. Executables
-/// still held by callers stay valid.
 pub fn clear_memory_cache() -> usize {
     // Taken out under the lock, dropped after it.
     let old = std::mem::take(&mut *lock());
-    let n = old.len();
+    let n = old.values().map(HashMap::len).sum();
     drop(old);
     n
 }
