@@ -24,6 +24,7 @@ BridgeError
 │   └── OutOfMemoryError              the program does not fit the device
 ├── ArgumentError         bad inputs: count, shape, device, size, layout
 │   ├── DtypeError        unsupported or mismatched element type
+│   ├── UnsupportedOptimizerError  compile_train_step: an optimizer with no captured update
 │   └── SpmdArgumentError a tensor does not fit an SPMD program's input
 ├── OutputError           a function's result holds a leaf that is not an array
 ├── BufferDeletedError    a buffer used after it was deleted or donated
@@ -91,6 +92,7 @@ __all__ = [
     "TargetError",
     "UnknownTargetError",
     "UnsupportedOpError",
+    "UnsupportedOptimizerError",
 ]
 
 _PUBLIC_MODULE = "hlobridge.errors"
@@ -194,6 +196,12 @@ class ArgumentError(BridgeError):
 
 class DtypeError(ArgumentError):
     """An unsupported or mismatched element type."""
+
+
+class UnsupportedOptimizerError(ArgumentError):
+    """:func:`hlobridge.compile_train_step` got an optimizer whose update it
+    cannot capture (a custom ``torch.optim.Optimizer`` subclass, a
+    ``differentiable=True`` one); the message lists the supported ones."""
 
 
 class SpmdArgumentError(ArgumentError):
