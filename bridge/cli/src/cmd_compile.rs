@@ -127,13 +127,26 @@ fn compile(a: &CompileArgs) -> Result<()> {
             tracing::info!(kernels = %host.kernels_line(), "hlobridge compile: host lowering");
             c
         }
-        _ => {
-            compile_for_target(&target, &program_text, &options, None).map_err(CliError::target)?
-        }
+        // libtpu (and the CUDA plugin) print load-time noise to fd 2;
+        // it becomes debug events (see `quiet_stderr`).
+        _ => crate::quiet_stderr::capture(|| {
+            compile_for_target(&target, &program_text, &options, None)
+        })
+        .map_err(CliError::target)?,
     };
     if let Some(o) = &a.output {
         std::fs::write(o, &c.serialized)
             .map_err(|e| CliError::CompileFailed(format!("writing {}: {e}", o.display())))?;
+        // Confirm what was written (with --json the report carries it).
+        if !a.json {
+            crate::stdout::write(&format!(
+                "wrote {} ({} bytes, {} executable for {})\n",
+                o.display(),
+                c.serialized.len(),
+                c.platform,
+                a.target
+            ))?;
+        }
     }
     if let (Some(p), Some(h)) = (&a.dump_optimized, &c.optimized_text) {
         std::fs::write(p, h)
@@ -160,6 +173,7 @@ fn report_json(a: &CompileArgs, name: &str, c: &pjrt_client::TargetCompile) -> s
         "compile_seconds": c.compile_time.as_secs_f64(),
         "generated_code_bytes": c.generated_code,
         "serialized_bytes": c.serialized.len(),
+        "output": a.output.as_ref().map(|p| p.display().to_string()),
         "memory": c.memory.map(|s| serde_json::json!({
             "arguments": s.arguments, "outputs": s.outputs, "alias": s.alias,
             "temporaries": s.temp, "generated_code": s.generated_code,

@@ -14,6 +14,7 @@ mod conform_case;
 mod error;
 mod known_failures;
 mod npy;
+mod quiet_stderr;
 mod runtime;
 mod stdout;
 
@@ -25,7 +26,8 @@ use std::process::ExitCode;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// hlobridge: parse, inspect, stitch and run StableHLO modules.
+/// hlobridge: format, inspect, run, stitch, draw, compile and serve StableHLO
+/// programs, and run the StableHLO conformance suite.
 #[derive(Parser)]
 #[command(name = "hlobridge", version, about, long_about = None)]
 struct Cli {

@@ -384,7 +384,11 @@ class Artifact:
 
     def run(self, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """Run the artifact in this process (hlobridge's runtime) on named
-        inputs; the batch size must be one of the exported ones."""
+        inputs. With a batch dim, any batch size up to the largest exported
+        one runs: one that was not exported is padded with zero rows to the
+        next exported size and the outputs are sliced back, as ``hlobridge
+        serve`` does (unless the exporter found the rows not independent:
+        then the batch size must be an exported one)."""
         from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
 
         m = self.manifest
@@ -404,10 +408,9 @@ class Artifact:
             b = sizes.pop() if len(sizes) == 1 else None
             if b is None:
                 raise ArgumentError("inputs disagree on the batch size")
-            module = next((f for f in m["modules"] if f["batch"] == b), None)
-            if module is None:
-                raise ArgumentError(f"batch size {b} was not exported "
-                                    f"(exported: {[f['batch'] for f in m['modules']]})")
+            module = _bucket(m, b)
+            if int(module["batch"]) != b:
+                inputs = {n: _pad_rows(t, bd, int(module["batch"])) for n, t in inputs.items()}
         args = [self._weights[p["name"]] if p["weight"] else inputs[p["name"]].contiguous()
                 for p in m["params"]]
         t0 = time.perf_counter()
@@ -429,7 +432,36 @@ class Artifact:
                               accounting=compile_accounting(cache, compile_s), t0=t0,
                               wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
                               codes=[CODES[t.dtype] for t in args])
+        if bd is not None and int(module["batch"]) != b:
+            outs = [t.narrow(bd, 0, b) for t in outs]
         return {o["name"]: t for o, t in zip(m["outputs"], outs)}
+
+
+def _bucket(m: dict[str, Any], b: int) -> dict[str, Any]:
+    """The module a batch of ``b`` rows runs on, by the rule of ``hlobridge
+    serve`` and the Rust deployer (``hlobridge_deploy::Model::prepare`` and
+    ``run_batch``; keep the two in step): the module exported for ``b``,
+    else -- when the rows are independent (``rows_independent`` is not
+    false) -- the smallest exported batch size above ``b``, the rows padded
+    with zeros and the outputs sliced back."""
+    modules = sorted(m["modules"], key=lambda f: int(f["batch"]))
+    sizes = [int(f["batch"]) for f in modules]
+    exact = next((f for f in modules if int(f["batch"]) == b), None)
+    if exact is not None:
+        return exact
+    if b < 1 or b > sizes[-1]:
+        raise ArgumentError(f"batch size {b} must be 1..={sizes[-1]} (exported: {sizes})")
+    if m.get("rows_independent") is False:
+        raise ArgumentError(f"batch size {b} must be one of {sizes} (the exporter found that this "
+                            f"model's rows are not independent, so inputs are not padded)")
+    return next(f for f in modules if int(f["batch"]) > b)
+
+
+def _pad_rows(t: torch.Tensor, bd: int, rows: int) -> torch.Tensor:
+    """``t`` with zero rows appended along ``bd`` up to ``rows``."""
+    shape = list(t.shape)
+    shape[bd] = rows - shape[bd]
+    return torch.cat([t, torch.zeros(shape, dtype=t.dtype, device=t.device)], dim=bd)
 
 
 def _check_names(params: list[dict[str, Any]]) -> None:
