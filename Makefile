@@ -7,7 +7,7 @@ export INSTA_UPDATE ?= no
 export PJRT_DEVICE ?= CPU
 
 .PHONY: help setup demo test test-rust test-tch test-python test-1core test-nodonate test-1core-nodonate soak \
-	bench bench-quick bench-criterion fmt
+	bench bench-quick bench-criterion bench-real fmt
 
 help:
 	@echo "make help                 # this list"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench                # end-to-end suite (incl. model zoo) -> bench-results/e2e.json, docs/bench/*.png; serve load test"
 	@echo "make bench-quick          # a short end-to-end bench -> bench-results/quick"
 	@echo "make bench-criterion      # the cargo criterion benches (parse/print, stitch, execute)"
+	@echo "make bench-real           # real-size models vs eager and inductor (~25 min, quiet machine) -> docs/bench/real/"
 	@echo "make fmt                  # cargo fmt --all"
 
 setup:
@@ -81,6 +82,9 @@ bench: setup
 
 bench-quick: setup
 	.venv/bin/python benches/e2e/run.py --quick --out bench-results/quick
+
+bench-real: setup
+	.venv/bin/python benches/real_size/run.py --docs docs/bench/real $(BENCH_REAL_ARGS)
 
 bench-criterion: setup
 	.venv/bin/python tests/tools/gen_big_module.py
