@@ -41,6 +41,9 @@ use super::xla_ffi::*;
 use std::sync::Arc;
 
 mod config;
+mod depthwise;
+
+pub use depthwise::DwPlan;
 
 use config::row_major_strides;
 pub use config::{output_size, ConvConfig};
@@ -413,22 +416,43 @@ fn run(fr: &Frame<'_>) -> Result<(), String> {
             x.dtype, w.dtype, y.dtype
         ));
     }
-    let plan = ConvPlan::new(&cfg, x.dims, w.dims, y.dims)?;
     for (what, v) in [("lhs", &x), ("rhs", &w), ("result", &y)] {
         if v.data.is_null() && v.dims.iter().all(|&d| d > 0) {
             return Err(format!("hlobridge_conv: {what} buffer is null"));
         }
     }
     match x.dtype {
-        // SAFETY: the plan was checked against the buffers' dims, which are
-        // XLA's row-major allocations.
-        XLA_FFI_DataType_F32 => unsafe { conv_typed::<f32>(&plan, &x, &w, &y) },
+        // SAFETY: the buffers are XLA's row-major allocations of their dims,
+        // which the dispatch checks against the config.
+        XLA_FFI_DataType_F32 => unsafe { conv_dispatch::<f32>(&cfg, &x, &w, &y) },
         // SAFETY: as above.
-        XLA_FFI_DataType_F64 => unsafe { conv_typed::<f64>(&plan, &x, &w, &y) },
+        XLA_FFI_DataType_F64 => unsafe { conv_dispatch::<f64>(&cfg, &x, &w, &y) },
         other => Err(format!(
             "hlobridge_conv supports f32 and f64, got XLA_FFI_DataType {other}"
         )),
     }
+}
+
+/// Runs the convolution `cfg` on typed buffers: the depthwise kernel when
+/// it takes the convolution, im2col plus GEMM otherwise. Dims that do not
+/// match the convolution are an error.
+///
+/// # Safety
+/// `x`, `w`, `y` must be row-major buffers of their dims (checked against
+/// `cfg` here), and `y` must not overlap `x` or `w`.
+pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
+    cfg: &ConvConfig,
+    x: &BufferView<'_>,
+    w: &BufferView<'_>,
+    y: &BufferView<'_>,
+) -> Result<(), String> {
+    if let Some(dw) = DwPlan::new(cfg, x.dims, w.dims, y.dims) {
+        // SAFETY: the plan was checked against these dims.
+        return unsafe { depthwise::run::<T>(&dw, x, w, y) };
+    }
+    let plan = ConvPlan::new(cfg, x.dims, w.dims, y.dims)?;
+    // SAFETY: as above.
+    unsafe { conv_typed::<T>(&plan, x, w, y) }
 }
 
 /// Element types the convolution runs in.

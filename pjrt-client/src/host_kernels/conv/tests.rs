@@ -128,20 +128,196 @@ fn check(c: &ConvConfig, xd: [usize; 4], wd: [usize; 4]) {
         data: p.cast(),
         dims: d,
     };
-    // SAFETY: the vectors have the planned dims.
-    unsafe {
-        conv_typed::<f64>(
-            &plan,
-            &view(x.as_ptr() as *mut f64, xs),
-            &view(w.as_ptr() as *mut f64, ws),
-            &view(y.as_mut_ptr(), ys),
-        )
-    }
-    .unwrap();
     let want = naive(c, &x, xd, &w, wd, yd);
-    for (i, (a, b)) in y.iter().zip(&want).enumerate() {
-        assert!((a - b).abs() < 1e-9, "{c:?} element {i}: {a} vs {b}");
+    // The general kernel (im2col + GEMM, or its direct depthwise loop), then
+    // the dispatch (the depthwise kernel where it takes the convolution).
+    for general in [true, false] {
+        y.fill(f64::NAN);
+        // SAFETY: the vectors have the planned dims.
+        unsafe {
+            let (xv, wv, yv) = (
+                view(x.as_ptr() as *mut f64, xs),
+                view(w.as_ptr() as *mut f64, ws),
+                view(y.as_mut_ptr(), ys),
+            );
+            if general {
+                conv_typed::<f64>(&plan, &xv, &wv, &yv)
+            } else {
+                conv_dispatch::<f64>(c, &xv, &wv, &yv)
+            }
+        }
+        .unwrap();
+        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() < 1e-9,
+                "{c:?} {xd:?} x {wd:?} (general kernel: {general}) element {i}: {a} vs {b}"
+            );
+        }
     }
+}
+
+/// A 2-D NCHW / OIHW convolution config with every attribute set.
+#[allow(clippy::too_many_arguments)]
+fn dw_cfg(
+    groups: i64,
+    batch_groups: i64,
+    stride: [i64; 2],
+    pad_lo: [i64; 2],
+    pad_hi: [i64; 2],
+    lhs_dilation: [i64; 2],
+    rhs_dilation: [i64; 2],
+    reverse: [bool; 2],
+) -> ConvConfig {
+    ConvConfig {
+        groups,
+        batch_groups,
+        lhs: vec![0, 1, 2, 3],
+        rhs: vec![1, 0, 2, 3],
+        out: vec![0, 1, 2, 3],
+        stride: stride.to_vec(),
+        pad_lo: pad_lo.to_vec(),
+        pad_hi: pad_hi.to_vec(),
+        lhs_dilation: lhs_dilation.to_vec(),
+        rhs_dilation: rhs_dilation.to_vec(),
+        reverse: reverse.to_vec(),
+    }
+}
+
+/// The forms a depthwise convolution and its gradients reach the kernel
+/// in, each checked against the naive convolution through the dispatch
+/// (which must pick the depthwise kernel) and the general kernel.
+#[test]
+fn depthwise_kernel_matches_a_naive_convolution() {
+    let _board = crate::host_kernels::donation::test_serial();
+    let f = [false, false];
+    // (config, lhs dims, rhs dims [O, I, KH, KW], dot algorithm expected)
+    let cases: Vec<(ConvConfig, [usize; 4], [usize; 4], bool)> = vec![
+        // ConvNeXt's 7x7, padding 3, odd size; batch 1.
+        (
+            dw_cfg(5, 1, [1, 1], [3, 3], [3, 3], [1, 1], [1, 1], f),
+            [2, 5, 13, 11],
+            [5, 1, 7, 7],
+            false,
+        ),
+        (
+            dw_cfg(3, 1, [1, 1], [3, 3], [3, 3], [1, 1], [1, 1], f),
+            [1, 3, 7, 7],
+            [3, 1, 7, 7],
+            false,
+        ),
+        // 3x3 stride 2, 5x5 stride 2 with multiplier 2, asymmetric padding.
+        (
+            dw_cfg(4, 1, [2, 2], [1, 1], [1, 1], [1, 1], [1, 1], f),
+            [2, 4, 11, 12],
+            [4, 1, 3, 3],
+            false,
+        ),
+        (
+            dw_cfg(3, 1, [2, 3], [2, 0], [1, 2], [1, 1], [1, 1], f),
+            [2, 3, 12, 17],
+            [6, 1, 5, 5],
+            false,
+        ),
+        // dilation, negative padding, reversal.
+        (
+            dw_cfg(3, 1, [1, 1], [2, -1], [2, 0], [1, 1], [2, 2], [true, false]),
+            [2, 3, 9, 10],
+            [3, 1, 3, 3],
+            false,
+        ),
+        // input gradient of a stride-2 depthwise conv: lhs dilation 2,
+        // reversed window, padding k-1-p (+1 output padding).
+        (
+            dw_cfg(4, 1, [1, 1], [1, 1], [2, 2], [2, 2], [1, 1], [true, true]),
+            [2, 4, 6, 5],
+            [4, 1, 3, 3],
+            false,
+        ),
+        (
+            dw_cfg(2, 1, [1, 1], [2, 2], [3, 3], [2, 2], [1, 1], [true, true]),
+            [1, 2, 5, 6],
+            [4, 1, 5, 5],
+            false,
+        ),
+        // weight gradient (batch groups; lhs = x as [C, N, H, W], rhs = dy
+        // as [O, N, OH, OW]): a large window, small result. Stride-2 forward
+        // (window dilation 2), padding 3, 1 and 2 images.
+        (
+            dw_cfg(1, 5, [1, 1], [3, 3], [3, 3], [1, 1], [1, 1], f),
+            [5, 2, 13, 11],
+            [5, 2, 13, 11],
+            true,
+        ),
+        (
+            dw_cfg(1, 3, [1, 1], [1, 1], [1, 1], [1, 1], [2, 2], f),
+            [3, 1, 11, 12],
+            [6, 1, 6, 6],
+            false,
+        ),
+        (
+            dw_cfg(1, 3, [1, 1], [1, 1], [0, 0], [1, 1], [2, 2], f),
+            [3, 2, 40, 37],
+            [3, 2, 20, 19],
+            true,
+        ),
+        (
+            dw_cfg(1, 2, [2, 1], [2, 2], [2, 2], [1, 1], [1, 1], f),
+            [2, 3, 30, 30],
+            [4, 3, 14, 30],
+            true,
+        ),
+    ];
+    for (c, xd, wd, dot) in &cases {
+        let out = |i: usize| {
+            output_size(
+                xd[2 + i] as i64,
+                wd[2 + i] as i64,
+                c.stride[i],
+                c.pad_lo[i],
+                c.pad_hi[i],
+                c.lhs_dilation[i],
+                c.rhs_dilation[i],
+            )
+            .unwrap()
+        };
+        let yd = [
+            (xd[0] / c.batch_groups as usize) as i64,
+            wd[0] as i64,
+            out(0),
+            out(1),
+        ];
+        let dims = |d: [usize; 4]| d.map(|v| v as i64);
+        let p = DwPlan::new(c, &dims(*xd), &dims(*wd), &yd)
+            .unwrap_or_else(|| panic!("depthwise kernel does not take {c:?} {xd:?} x {wd:?}"));
+        assert_eq!(p.uses_dot(), *dot, "{c:?} {xd:?} x {wd:?}");
+        check(c, *xd, *wd);
+    }
+    // Not depthwise: left to the general kernel.
+    let c = dw_cfg(2, 1, [1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [false, false]);
+    assert!(DwPlan::new(&c, &[2, 4, 5, 5], &[4, 2, 3, 3], &[2, 4, 5, 5]).is_none());
+    // Mismatched result dims: the dispatch reports them.
+    let c = dw_cfg(3, 1, [1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [false, false]);
+    assert!(DwPlan::new(&c, &[2, 3, 5, 5], &[3, 1, 3, 3], &[2, 3, 4, 5]).is_none());
+}
+
+/// Channels-last depthwise (NHWC x HWIO with one input feature per group,
+/// JAX's spelling), float32, misaligned buffers.
+#[test]
+fn channels_last_depthwise_matches_float64() {
+    let _board = crate::host_kernels::donation::test_serial();
+    let mut c = conv(
+        [0, 3, 1, 2],
+        [2, 3, 0, 1],
+        [0, 3, 1, 2],
+        1,
+        (1, 1),
+        (1, 1),
+        false,
+    );
+    c.groups = 8;
+    check_f32(&c, &[2, 9, 10, 8], &[3, 3, 1, 16], &[2, 9, 10, 16], 1);
+    c.stride = vec![2, 2];
+    check_f32(&c, &[2, 9, 10, 8], &[3, 3, 1, 16], &[2, 5, 5, 16], 3);
 }
 
 #[test]
@@ -273,7 +449,6 @@ fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
     let xa: Vec<f32> = (0..n(xd) + skew).map(|_| rand()).collect();
     let wa: Vec<f32> = (0..n(wd) + skew).map(|_| rand()).collect();
     let mut ya = vec![f32::NAN; n(yd) + skew];
-    let plan = ConvPlan::new(c, xd, wd, yd).unwrap();
     let view = |p: *const f32, d: &[i64]| BufferView {
         dtype: XLA_FFI_DataType_F32,
         data: p as *mut f32 as *mut std::ffi::c_void,
@@ -281,8 +456,8 @@ fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
     };
     // SAFETY: each allocation holds skew + its dims' elements.
     unsafe {
-        conv_typed::<f32>(
-            &plan,
+        conv_dispatch::<f32>(
+            c,
             &view(xa.as_ptr().add(skew), xd),
             &view(wa.as_ptr().add(skew), wd),
             &view(ya.as_mut_ptr().add(skew), yd),

@@ -1,0 +1,189 @@
+"""Convolution speed per shape: one ``nn.Conv2d`` through
+``torch.compile(backend="hlobridge")`` (the host convolution kernel,
+``pjrt-client/src/host_kernels/conv/``) against eager torch
+(``torch.nn.functional.conv2d``: oneDNN), interleaved in one process.
+
+Shapes (batch ``--batch``, default 8): depthwise 3x3/5x5/7x7 (ConvNeXt-T's
+7x7 at 56/28/14/7 with 96..768 channels, MobileNetV3-Large's depthwise
+layers, the issue's 8x16x16x16 7x7), grouped (ResNeXt), dilated, and
+ResNet-50's convolutions at 224x224 (7x7/2 stem, 1x1 and 3x3 at
+56/28/14/7, a strided 1x1 downsample).
+
+Paths: ``fwd`` (no_grad forward) and, with ``--grad``, ``fwd+bwd`` (forward
+and backward for the input and weight gradients). The variants of one shape
+run round-robin (one call each per round) and the table gives median
+milliseconds and the ratio hlobridge / eager (lower is better).
+
+The alternative, XLA:CPU's own convolution (``HLOBRIDGE_HOST_CONV=0``), is
+timed in a child process (the setting is read at the first compile), each
+shape again interleaved with its own eager; ``--no-xla`` skips it.
+
+    .venv/bin/python benches/conv_bench.py [--batch 8] [--rounds 7]
+        [--only dw,resnet] [--grad] [--no-xla] [--json out.json]
+
+Timings depend on the machine and its load (printed with ``uptime``); eager
+torch's OpenMP threads slow down sharply when another process shares the
+cores, so compare ratios from a quiet run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import hlobridge as hb  # noqa: F401  (registers the torch.compile backend)
+
+# (name, kind, channels in, channels out, image size, kernel, stride,
+#  padding, dilation, groups)
+Shape = tuple[str, str, int, int, int, int, int, int, int, int]
+
+
+def shapes() -> list[Shape]:
+    s: list[Shape] = [("issue-dw7-16@16", "dw", 16, 16, 16, 7, 1, 3, 1, 16)]
+    for c, hw in [(96, 56), (192, 28), (384, 14), (768, 7)]:
+        s.append((f"convnext-dw7-{c}@{hw}", "dw", c, c, hw, 7, 1, 3, 1, c))
+    for c, hw, k, st in [(16, 112, 3, 1), (64, 112, 3, 2), (72, 56, 3, 1), (72, 56, 5, 2),
+                         (120, 28, 5, 1), (240, 28, 3, 2), (480, 14, 3, 1), (672, 14, 5, 2),
+                         (960, 7, 5, 1)]:
+        s.append((f"mbv3-dw{k}s{st}-{c}@{hw}", "dw", c, c, hw, k, st, k // 2, 1, c))
+    s.append(("resnext-g32-3x3-128@56", "grouped", 128, 128, 56, 3, 1, 1, 1, 32))
+    s.append(("grouped-g4-3x3-64@28", "grouped", 64, 64, 28, 3, 1, 1, 1, 4))
+    s.append(("dilated-d2-3x3-256@28", "dilated", 256, 256, 28, 3, 1, 2, 2, 1))
+    s.append(("dw-dilated-d2-3x3-256@28", "dw", 256, 256, 28, 3, 1, 2, 2, 256))
+    s += [
+        ("r50-stem-7x7s2-3>64@224", "resnet", 3, 64, 224, 7, 2, 3, 1, 1),
+        ("r50-1x1-64>256@56", "resnet", 64, 256, 56, 1, 1, 0, 1, 1),
+        ("r50-1x1-256>64@56", "resnet", 256, 64, 56, 1, 1, 0, 1, 1),
+        ("r50-3x3-64@56", "resnet", 64, 64, 56, 3, 1, 1, 1, 1),
+        ("r50-1x1s2-256>512@56", "resnet", 256, 512, 56, 1, 2, 0, 1, 1),
+        ("r50-3x3-128@28", "resnet", 128, 128, 28, 3, 1, 1, 1, 1),
+        ("r50-1x1-512>128@28", "resnet", 512, 128, 28, 1, 1, 0, 1, 1),
+        ("r50-3x3-256@14", "resnet", 256, 256, 14, 3, 1, 1, 1, 1),
+        ("r50-1x1-1024>256@14", "resnet", 1024, 256, 14, 1, 1, 0, 1, 1),
+        ("r50-3x3-512@7", "resnet", 512, 512, 7, 3, 1, 1, 1, 1),
+        ("r50-1x1-2048>512@7", "resnet", 2048, 512, 7, 1, 1, 0, 1, 1),
+    ]
+    return s
+
+
+def _variants(sh: Shape, batch: int, grad: bool) -> dict[str, Callable[[], Any]]:
+    _, _, cin, cout, hw, k, st, pad, dil, g = sh
+    torch.manual_seed(0)
+    n = batch
+    mod = torch.nn.Conv2d(cin, cout, k, st, pad, dil, g, bias=False)
+    x = torch.randn(n, cin, hw, hw, requires_grad=grad)
+    w = mod.weight
+    comp = torch.compile(mod, backend="hlobridge", dynamic=False)
+    if not grad:
+        def eager() -> Any:
+            with torch.no_grad():
+                return F.conv2d(x, w, None, st, pad, dil, g)
+
+        def hbc() -> Any:
+            with torch.no_grad():
+                return comp(x)
+        return {"eager": eager, "hb": hbc}
+    dy = torch.randn_like(F.conv2d(x.detach(), w.detach(), None, st, pad, dil, g))
+
+    def eager_g() -> Any:
+        y = F.conv2d(x, w, None, st, pad, dil, g)
+        return torch.autograd.grad(y, (x, w), dy)
+
+    def hb_g() -> Any:
+        return torch.autograd.grad(comp(x), (x, w), dy)
+    return {"eager": eager_g, "hb": hb_g}
+
+
+def _time(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    for f in fns.values():  # compile and warm up
+        f()
+        f()
+    ts: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            ts[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) * 1e3 for k, v in ts.items()}
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "(uptime unavailable)"
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    only = args.only.split(",") if args.only else None
+    rows = []
+    for sh in shapes():
+        if only and sh[1] not in only and not any(o in sh[0] for o in only):
+            continue
+        ms = _time(_variants(sh, args.batch, args.grad), args.rounds)
+        rows.append({"shape": sh[0], "kind": sh[1], "eager_ms": ms["eager"], "hb_ms": ms["hb"],
+                     "ratio": ms["hb"] / ms["eager"]})
+        if not args.child:
+            print(f"  {sh[0]:28s} eager {ms['eager']:8.3f} ms  hb {ms['hb']:8.3f} ms  "
+                  f"hb/eager {ms['hb'] / ms['eager']:5.2f}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", default="", help="kinds (dw, grouped, dilated, resnet) or "
+                    "substrings of shape names, comma-separated")
+    ap.add_argument("--grad", action="store_true", help="time forward + both gradients")
+    ap.add_argument("--no-xla", action="store_true", help="skip the HLOBRIDGE_HOST_CONV=0 run")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args)))
+        return
+    path = "fwd+bwd" if args.grad else "fwd"
+    print(f"conv_bench: batch {args.batch}, {path}, {args.rounds} rounds, torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"load before: {_uptime()}")
+    rows = measure(args)
+    xla: dict[str, dict[str, Any]] = {}
+    if not args.no_xla:
+        cmd = [sys.executable, __file__, "--child", "--batch", str(args.batch),
+               "--rounds", str(args.rounds)] + (["--only", args.only] if args.only else []) \
+            + (["--grad"] if args.grad else [])
+        env = dict(os.environ, HLOBRIDGE_HOST_CONV="0")
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        xla = {r["shape"]: r for r in json.loads(out.strip().splitlines()[-1])}
+    load_after = _uptime()
+    print(f"load after: {load_after}")
+    print(f"\n| shape | eager ms | hlobridge ms | hlobridge / eager | XLA conv / eager |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        x = xla.get(r["shape"])
+        xs = f"{x['ratio']:.2f}" if x else "-"
+        print(f"| {r['shape']} | {r['eager_ms']:.3f} | {r['hb_ms']:.3f} | {r['ratio']:.2f} | {xs} |")
+    by_kind: dict[str, list[float]] = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], []).append(r["ratio"])
+    for k, v in by_kind.items():
+        print(f"geomean hlobridge/eager, {k}: {statistics.geometric_mean(v):.2f} ({len(v)} shapes)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "xla": xla, "load_after": load_after, "path": path}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
