@@ -13,10 +13,16 @@
 //! Why: on small and medium matrices XLA:CPU's dot hands the work to its
 //! Eigen thread pool, and waking pool threads costs more than the product
 //! itself (a 128³ product took 170–300 µs in the plugin, 60 µs here on one
-//! core). The kernel runs single-threaded in whichever thread executes the
-//! program; only products of at least 2·2²³ multiply-adds split their
-//! result rows over the cores (scoped threads), and the rewrite leaves
-//! products beyond 512³ to XLA.
+//! core); on large ones the `gemm` crate's micro-kernels, split over the
+//! cores, beat XLA's threaded dot (docs/host_gemm.md has the numbers).
+//!
+//! The products themselves run in a [`Kernel`]: the `gemm` crate by
+//! default (faster than `matrixmultiply` at every measured size), or
+//! `matrixmultiply` with `HLOBRIDGE_GEMM_KERNEL=matrixmultiply`. A call
+//! runs single-threaded in whichever thread executes the program; only
+//! calls of at least 2·2²³ multiply-adds split their work (result rows, or
+//! whole batch entries) over the available cores (scoped threads, at most
+//! one per core, the calling thread included).
 
 #![allow(non_upper_case_globals)]
 
@@ -135,23 +141,24 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
             return Err(format!("{what} buffer is null"));
         }
     }
+    let kernel = Kernel::from_env();
     match a.dtype {
         XLA_FFI_DataType_F32 => {
             // SAFETY: the dims were checked against each other and the
             // buffers are XLA's row-major allocations of those dims.
-            unsafe { gemm_typed::<f32>(&a, &b, &c, s, ta, tb) }
+            unsafe { gemm_typed::<f32>(kernel, &a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_F64 => {
             // SAFETY: as above.
-            unsafe { gemm_typed::<f64>(&a, &b, &c, s, ta, tb) }
+            unsafe { gemm_typed::<f64>(kernel, &a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_BF16 => {
             // SAFETY: as above.
-            unsafe { gemm_widened::<half::bf16>(&a, &b, &c, s, ta, tb) }
+            unsafe { gemm_widened::<half::bf16>(kernel, &a, &b, &c, s, ta, tb) }
         }
         XLA_FFI_DataType_F16 => {
             // SAFETY: as above.
-            unsafe { gemm_widened::<half::f16>(&a, &b, &c, s, ta, tb) }
+            unsafe { gemm_widened::<half::f16>(kernel, &a, &b, &c, s, ta, tb) }
         }
         other => Err(format!(
             "hlobridge_gemm supports f32, f64, bf16 and f16, got XLA_FFI_DataType {other}"
@@ -159,9 +166,46 @@ fn run(fr: &Frame<'_>, ta: bool, tb: bool) -> Result<(), String> {
     }
 }
 
-/// An element type with a `matrixmultiply` kernel.
+/// The library that runs each product (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// The `gemm` crate, single-threaded (the default).
+    Gemm,
+    /// The `matrixmultiply` crate.
+    MatrixMultiply,
+}
+
+impl Kernel {
+    /// Every kernel, for tests and benches.
+    pub const ALL: [Kernel; 2] = [Kernel::Gemm, Kernel::MatrixMultiply];
+
+    /// The kernel `HLOBRIDGE_GEMM_KERNEL` names (`gemm`, the default, or
+    /// `matrixmultiply`); an unknown value is logged and the default used.
+    /// Read once per process.
+    pub fn from_env() -> Kernel {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *KERNEL.get_or_init(|| {
+            let v = hlobridge_config::get(hlobridge_config::Var::GemmKernel);
+            match v.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+                None => Kernel::Gemm,
+                Some(v) if v == "gemm" => Kernel::Gemm,
+                Some(v) if v == "matrixmultiply" => Kernel::MatrixMultiply,
+                Some(v) => {
+                    tracing::warn!(
+                        value = %v,
+                        "HLOBRIDGE_GEMM_KERNEL must be `gemm` or `matrixmultiply`; using `gemm`"
+                    );
+                    Kernel::Gemm
+                }
+            }
+        })
+    }
+}
+
+/// An element type with a GEMM kernel in each [`Kernel`] library.
 pub trait GemmElement: Copy + Default + Send + Sync {
-    /// `C = A·B` with arbitrary strides (in elements).
+    /// `C = A·B` with arbitrary strides (in elements), in the process's
+    /// kernel ([`Kernel::from_env`]).
     ///
     /// # Safety
     /// The pointers and strides must describe valid `m×k`, `k×n` and `m×n`
@@ -180,48 +224,108 @@ pub trait GemmElement: Copy + Default + Send + Sync {
         c: *mut Self,
         rsc: isize,
         csc: isize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            Self::mul_in(
+                Kernel::from_env(),
+                m,
+                k,
+                n,
+                a,
+                rsa,
+                csa,
+                b,
+                rsb,
+                csb,
+                c,
+                rsc,
+                csc,
+            )
+        }
+    }
+
+    /// [`GemmElement::mul`] in the given kernel.
+    ///
+    /// # Safety
+    /// As for [`GemmElement::mul`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn mul_in(
+        kernel: Kernel,
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
     );
 }
 
-impl GemmElement for f32 {
-    unsafe fn mul(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        c: *mut f32,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { matrixmultiply::sgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
-    }
+macro_rules! gemm_element {
+    ($t:ty, $mm:path) => {
+        impl GemmElement for $t {
+            unsafe fn mul_in(
+                kernel: Kernel,
+                m: usize,
+                k: usize,
+                n: usize,
+                a: *const $t,
+                rsa: isize,
+                csa: isize,
+                b: *const $t,
+                rsb: isize,
+                csb: isize,
+                c: *mut $t,
+                rsc: isize,
+                csc: isize,
+            ) {
+                if m == 0 || n == 0 {
+                    return;
+                }
+                if kernel == Kernel::MatrixMultiply || k == 0 {
+                    // SAFETY: forwarded from the caller's contract
+                    // (`matrixmultiply` writes zeros for the empty sum).
+                    unsafe { $mm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
+                } else {
+                    // SAFETY: forwarded from the caller's contract. The
+                    // crate computes `dst = alpha·dst + beta·lhs·rhs`;
+                    // with `read_dst` false it never reads `c`.
+                    unsafe {
+                        gemm::gemm(
+                            m,
+                            n,
+                            k,
+                            c,
+                            csc,
+                            rsc,
+                            false,
+                            a,
+                            csa,
+                            rsa,
+                            b,
+                            csb,
+                            rsb,
+                            0.0,
+                            1.0,
+                            false,
+                            false,
+                            false,
+                            gemm::Parallelism::None,
+                        )
+                    }
+                }
+            }
+        }
+    };
 }
-
-impl GemmElement for f64 {
-    unsafe fn mul(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        c: *mut f64,
-        rsc: isize,
-        csc: isize,
-    ) {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { matrixmultiply::dgemm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
-    }
-}
+gemm_element!(f32, matrixmultiply::sgemm);
+gemm_element!(f64, matrixmultiply::dgemm);
 
 /// Test hook (see [`set_panic_at_row_for_tests`]): a block of rows that
 /// contains this row panics. `usize::MAX`: off.
@@ -247,6 +351,7 @@ pub fn set_panic_at_row_for_tests(row: Option<usize>) {
 /// `a`, `b`, `c` must be row-major buffers of the dims `s` was derived from,
 /// and `c` must not overlap `a` or `b`.
 pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
+    kernel: Kernel,
     a: &BufferView<'_>,
     b: &BufferView<'_>,
     c: &BufferView<'_>,
@@ -279,7 +384,8 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
         // callers below give concurrent blocks disjoint rows of C and wait
         // for all of them before returning.
         unsafe {
-            T::mul(
+            T::mul_in(
+                kernel,
                 mr,
                 k,
                 n,
@@ -326,39 +432,48 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
             }
         })
     } else if threads > 1 {
-        // Large products nobody waits for: split each matrix's rows over
-        // scoped threads, which compute under this thread's floating-point
-        // state (XLA's workers flush subnormals; a fresh thread would not).
-        let rows = m.div_ceil(threads);
+        // Large calls nobody waits for: split the work over scoped threads,
+        // spawned once per call, which compute under this thread's
+        // floating-point state (XLA's workers flush subnormals; a fresh
+        // thread would not). A batch of at least `threads` entries is split
+        // by whole entries, a smaller one by result rows of each entry.
+        let parts = if s.batch >= threads { 1 } else { threads };
+        let rows = m.div_ceil(parts);
+        let chunks = s.batch * parts;
+        let per = chunks.div_ceil(threads);
         let fp = super::fp_env::FpEnv::current();
-        for i in 0..s.batch {
-            let joined = std::thread::scope(|scope| {
-                let others: Vec<_> = (rows..m)
-                    .step_by(rows)
-                    .map(|r0| {
-                        scope.spawn(move || {
-                            let _fp = fp.enter();
-                            block(i, r0, rows.min(m - r0))
-                        })
-                    })
-                    .collect();
-                // Our own block's panic is caught here so the scope still
-                // joins the others before the failure is reported.
-                let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    block(i, 0, rows.min(m))
-                }));
-                std::iter::once(own)
-                    .chain(others.into_iter().map(|h| h.join()))
-                    .find_map(Result::err)
-            });
-            if let Some(payload) = joined {
-                return Err(format!(
-                    "host kernel row block panicked: {}",
-                    super::donation::panic_message(payload.as_ref())
-                ));
+        let range = move |t: usize| {
+            for chunk in t * per..((t + 1) * per).min(chunks) {
+                let (i, r0) = (chunk / parts, (chunk % parts) * rows);
+                if r0 < m {
+                    block(i, r0, rows.min(m - r0));
+                }
             }
+        };
+        let joined = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads)
+                .filter(|t| t * per < chunks)
+                .map(|t| {
+                    scope.spawn(move || {
+                        let _fp = fp.enter();
+                        range(t)
+                    })
+                })
+                .collect();
+            // Our own range's panic is caught here so the scope still
+            // joins the others before the failure is reported.
+            let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| range(0)));
+            std::iter::once(own)
+                .chain(others.into_iter().map(|h| h.join()))
+                .find_map(Result::err)
+        });
+        match joined {
+            Some(payload) => Err(format!(
+                "host kernel row block panicked: {}",
+                super::donation::panic_message(payload.as_ref())
+            )),
+            None => Ok(()),
         }
-        Ok(())
     } else {
         for i in 0..s.batch {
             block(i, 0, m);
@@ -397,6 +512,7 @@ widened_via_half!(half::bf16, half::f16);
 /// # Safety
 /// As for [`gemm_typed`].
 pub(crate) unsafe fn gemm_widened<T: Widened>(
+    kernel: Kernel,
     a: &BufferView<'_>,
     b: &BufferView<'_>,
     c: &BufferView<'_>,
@@ -443,7 +559,7 @@ pub(crate) unsafe fn gemm_widened<T: Widened>(
         view(&mut wc, c.dims),
     );
     // SAFETY: the widened copies have the operands' dims.
-    unsafe { gemm_typed::<f32>(&va, &vb, &vc, s, ta, tb)? };
+    unsafe { gemm_typed::<f32>(kernel, &va, &vb, &vc, s, ta, tb)? };
     if nc > 0 {
         // SAFETY: the result holds `nc` elements.
         T::narrow(&wc, unsafe {
@@ -464,98 +580,34 @@ const DONATE_PARTS: usize = 2;
 /// Fewest rows in a donated chunk.
 const DONATE_ROWS: usize = 16;
 
-/// Products of at least this many multiply-adds per part are split over
+/// Calls of at least this many multiply-adds per thread are split over
 /// threads (below it, waking a thread costs more than it saves).
 const SPLIT_WORK: usize = 1 << 23;
 
-/// How many threads to use for each product of `s`.
+/// The cores this process may run on, read once (the standard library
+/// reads cgroup files on every call).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// How many threads (the caller's included) to run a call of shape `s` on:
+/// at most one per core, each with at least [`SPLIT_WORK`] multiply-adds
+/// and, when one matrix is split by rows, at least 32 of its rows.
 fn threads_for(s: GemmShape) -> usize {
-    let work = s.m.saturating_mul(s.n).saturating_mul(s.k);
-    if work < 2 * SPLIT_WORK || s.m < 64 {
+    let per = s.m.saturating_mul(s.n).saturating_mul(s.k);
+    let work = per.saturating_mul(s.batch);
+    if work < 2 * SPLIT_WORK {
         return 1;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cores.min(work / SPLIT_WORK).min(s.m / 32).max(1)
+    let t = cores().min(work / SPLIT_WORK);
+    // Fewer entries than threads: each entry's rows are split.
+    if s.batch < t {
+        t.min(s.m / 32).max(1)
+    } else {
+        t
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shapes_are_checked() {
-        let s = gemm_shape(&[4, 3], &[3, 5], &[4, 5], false, false).unwrap();
-        assert_eq!((s.batch, s.m, s.k, s.n), (1, 4, 3, 5));
-        let s = gemm_shape(&[2, 3, 4], &[2, 5, 3], &[2, 4, 5], true, true).unwrap();
-        assert_eq!((s.batch, s.m, s.k, s.n), (2, 4, 3, 5));
-        assert!(gemm_shape(&[4, 3], &[4, 5], &[4, 5], false, false).is_err());
-        assert!(gemm_shape(&[2, 4, 3], &[3, 3, 5], &[2, 4, 5], false, false).is_err());
-        assert!(gemm_shape(&[4], &[4], &[], false, false).is_err());
-        assert!(gemm_shape(&[4, 3], &[3, 5], &[4, 6], false, false).is_err());
-    }
-
-    fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Vec<f64> {
-        let mut c = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for p in 0..k {
-                    let x = if ta { a[p * m + i] } else { a[i * k + p] };
-                    let y = if tb { b[j * k + p] } else { b[p * n + j] };
-                    c[i * n + j] += x * y;
-                }
-            }
-        }
-        c
-    }
-
-    #[test]
-    fn every_transposition_matches_a_naive_product() {
-        let _board = crate::host_kernels::donation::test_serial();
-        let (m, k, n) = (7, 5, 3);
-        let a: Vec<f64> = (0..m * k).map(|i| (i as f64 * 0.37).sin()).collect();
-        let b: Vec<f64> = (0..k * n).map(|i| (i as f64 * 0.71).cos()).collect();
-        for &(_, ta, tb) in &TARGETS {
-            let (ad, bd) = (
-                if ta {
-                    [k as i64, m as i64]
-                } else {
-                    [m as i64, k as i64]
-                },
-                if tb {
-                    [n as i64, k as i64]
-                } else {
-                    [k as i64, n as i64]
-                },
-            );
-            let cd = [m as i64, n as i64];
-            let mut c = vec![f64::NAN; m * n];
-            let view = |p: *mut f64, d: &'static [i64]| BufferView {
-                dtype: XLA_FFI_DataType_F64,
-                data: p.cast(),
-                dims: d,
-            };
-            let (ad, bd, cd): (&'static [i64], &'static [i64], &'static [i64]) = (
-                Box::leak(Box::new(ad)),
-                Box::leak(Box::new(bd)),
-                Box::leak(Box::new(cd)),
-            );
-            let s = gemm_shape(ad, bd, cd, ta, tb).unwrap();
-            // SAFETY: the vectors match the dims.
-            unsafe {
-                gemm_typed::<f64>(
-                    &view(a.as_ptr() as *mut f64, ad),
-                    &view(b.as_ptr() as *mut f64, bd),
-                    &view(c.as_mut_ptr(), cd),
-                    s,
-                    ta,
-                    tb,
-                )
-            }
-            .unwrap();
-            let want = naive(&a, &b, m, k, n, ta, tb);
-            for (x, y) in c.iter().zip(&want) {
-                assert!((x - y).abs() < 1e-12, "{ta} {tb}: {x} vs {y}");
-            }
-        }
-    }
-}
+mod tests;

@@ -166,6 +166,10 @@ variables! {
             default "1",
             read_by [Rust, Scripts],
             "`0` (or `false`, `off`, `no`) turns work donation off: threads waiting for a program no longer run chunks of its host GEMM products. Read once per process.";
+        GemmKernel = "HLOBRIDGE_GEMM_KERNEL",
+            default "gemm",
+            read_by [Rust, Scripts],
+            "The library that runs host GEMM products (and the products under host convolutions): `gemm` (the `gemm` crate) or `matrixmultiply`; another value is logged and the default used (docs/host_gemm.md). Read once per process.";
     }
     section "Compile targets and accelerators" {
         Targets = "HLOBRIDGE_TARGETS",
