@@ -15,8 +15,15 @@ How it fits together:
   :func:`torch._dynamo.substitute_in_graph` by :func:`bind`, which
   :mod:`hlobridge._src.jax_bridge` calls when it is imported; this module never
   imports it, so the arrows run one way): the registration runs once at
-  trace time (:func:`torch._dynamo.assume_constant_result`) and the graph
-  gets a single ``torch.ops.hlobridge.call_jax`` node, no graph break.
+  trace time, from a :func:`torch._dynamo.comptime` callback that turns the
+  traced function argument back into the Python callable
+  (:mod:`hlobridge._src.traced_callable`: lambdas, closures, nested
+  ``def`` functions, bound methods, ``jax.jit`` and ``jnp`` functions, partials), and
+  the graph gets a single ``torch.ops.hlobridge.call_jax`` node, no graph
+  break. A closure's captured values are part of its registry identity.
+- Eager use never imports ``torch._dynamo`` (it imports sympy and costs
+  seconds): :func:`bind` defers the substitution until something imports
+  Dynamo (``torch.compile`` does).
 - The fake (meta) implementation is :func:`jax.eval_shape`, so Dynamo and
   AOTAutograd know output shapes without running anything.
 - The autograd formula is itself a ``call_jax`` of :func:`jax.vjp`: the
@@ -33,6 +40,9 @@ Outside ``torch.compile`` the op also works on its own
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +62,8 @@ __all__ = ["JaxFunction", "bind", "lookup", "register", "OP"]
 
 # An output structure template made only of Python constants, so that Dynamo
 # can rebuild the pytree in the graph: ("leaf", i) | ("none",) |
-# ("tuple", kids) | ("list", kids) | ("dict", keys, kids).
+# ("tuple", kids) | ("list", kids) | ("dict", keys, kids) |
+# ("namedtuple", cls, kids) (Optax states are named tuples).
 Template = tuple[Any, ...]
 
 
@@ -110,12 +121,14 @@ def _add(name: str, flat: Callable[..., list[Any]], structured: Callable[..., An
         return key
 
 
-def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, ...]) -> str:
+def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, ...],
+             fn_identity: Any = None) -> str:
     """Register ``fn`` called on the torch pytree ``spec`` whose leaves are
     ``statics`` with ``None`` in place of each tensor; returns the key. The
-    same ``(fn, spec, statics)`` always gets the same key."""
+    same ``(fn, spec, statics)`` always gets the same key; ``fn_identity``
+    (default: ``fn`` itself) stands for ``fn`` in that comparison."""
     try:
-        identity = (fn, spec, statics)
+        identity = (fn if fn_identity is None else fn_identity, spec, statics)
         hash(identity)
     except TypeError:
         raise ArgumentError("call_jax: non-tensor arguments are static and must be hashable "
@@ -177,13 +190,16 @@ def _template(tree: Any, counter: list[int]) -> Template:
         return ("none",)
     if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
         return ("tuple", tuple(_template(t, counter) for t in tree))
+    if isinstance(tree, tuple):
+        return ("namedtuple", type(tree), tuple(_template(t, counter) for t in tree))
     if isinstance(tree, list):
         return ("list", tuple(_template(t, counter) for t in tree))
     if isinstance(tree, dict):
         keys = tuple(sorted(tree))  # JAX's leaf order
         return ("dict", keys, tuple(_template(tree[k], counter) for k in keys))
     raise ArgumentError(f"call_jax under torch.compile: the JAX function returns a "
-                        f"{type(tree).__qualname__}; return arrays in tuples, lists or dicts")
+                        f"{type(tree).__qualname__}, a pytree node torch cannot rebuild; return "
+                        f"arrays in tuples, named tuples, lists or dicts")
 
 
 def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> _Signature:
@@ -259,17 +275,32 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[None, list[to
 _call_jax_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-@torch._dynamo.assume_constant_result
-def _register_traced(fn: Callable[..., Any], spec: pytree.TreeSpec,
-                     statics: tuple[Any, ...]) -> str:
-    return register(fn, spec, statics)
+def _set_local(ctx: Any, name: str, value: Any) -> None:
+    """Bind the traced frame's local ``name`` to the constant ``value``."""
+    from torch._dynamo.variables.builder import SourcelessBuilder
+
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    tx.symbolic_locals[name] = SourcelessBuilder.create(tx, value)
 
 
-@torch._dynamo.assume_constant_result
-def _output_template(key: str) -> Template:
-    # The fake implementation has just run for this key (the op is traced
-    # before this is called), which recorded the structure.
-    return _templates[key]
+def _comptime_register(ctx: Any) -> None:
+    """Dynamo compile time, in :func:`traced_call`'s frame: register the
+    traced ``fn`` and set the local ``key``."""
+    from hlobridge._src.traced_callable import materialize
+
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    fn_vt = ctx.get_local("fn")._i_will_not_complain_if_bc_breaks_VariableTracker()
+    fn, identity = materialize(tx, fn_vt)
+    spec = ctx.get_local("spec").as_python_constant()
+    statics = ctx.get_local("statics").as_python_constant()
+    _set_local(ctx, "key", register(fn, spec, statics, ("traced", identity)))
+
+
+def _comptime_template(ctx: Any) -> None:
+    """Dynamo compile time: set the local ``template`` to the output
+    structure of ``key``, which the fake implementation recorded when the op
+    was traced just before."""
+    _set_local(ctx, "template", _templates[ctx.get_local("key").as_python_constant()])
 
 
 def _fill(t: Template, outs: Sequence[torch.Tensor]) -> Any:
@@ -280,6 +311,8 @@ def _fill(t: Template, outs: Sequence[torch.Tensor]) -> Any:
         return None
     if kind == "dict":
         return {k: _fill(c, outs) for k, c in zip(t[1], t[2])}
+    if kind == "namedtuple":
+        return t[1](*[_fill(c, outs) for c in t[2]])
     kids = [_fill(c, outs) for c in t[1]]
     return tuple(kids) if kind == "tuple" else kids
 
@@ -298,9 +331,18 @@ def traced_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str,
     leaves, spec = pytree.tree_flatten((args, kwargs))
     tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
     statics = tuple(None if isinstance(x, torch.Tensor) else x for x in leaves)
-    key = _register_traced(fn, spec, statics)
+    if torch.compiler.is_dynamo_compiling():
+        from torch._dynamo.comptime import comptime
+
+        key = ""
+        comptime(_comptime_register)
+        outs = torch.ops.hlobridge.call_jax(key, tensors)
+        template: Template = ()
+        comptime(_comptime_template)
+        return _fill(template, outs)
+    key = register(fn, spec, statics)
     outs = torch.ops.hlobridge.call_jax(key, tensors)
-    return _fill(_output_template(key), outs)
+    return _fill(_templates[key], outs)
 
 
 def bind(call_jax: Callable[..., Any]) -> None:
@@ -311,5 +353,35 @@ def bind(call_jax: Callable[..., Any]) -> None:
     global _run
     if _run is not None:
         return
-    torch._dynamo.substitute_in_graph(call_jax)(_traced_call_jax)
     _run = call_jax
+    if "torch._dynamo" in sys.modules:
+        _substitute()
+    else:
+        sys.meta_path.insert(0, _OnDynamoImport())
+
+
+def _substitute() -> None:
+    assert _run is not None
+    torch._dynamo.substitute_in_graph(_run)(_traced_call_jax)
+
+
+class _OnDynamoImport(importlib.abc.MetaPathFinder):
+    """Runs :func:`_substitute` right after ``torch._dynamo`` is imported
+    (and then leaves ``sys.meta_path``)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch._dynamo":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        load = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            _substitute()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

@@ -24,6 +24,7 @@ BridgeError
 │   └── OutOfMemoryError              the program does not fit the device
 ├── ArgumentError         bad inputs: count, shape, device, size, layout
 │   ├── DtypeError        unsupported or mismatched element type
+│   ├── CapturedTensorError  call_jax: the JAX function closes over a torch tensor
 │   ├── UnsupportedOptimizerError  compile_train_step: an optimizer with no captured update
 │   └── SpmdArgumentError a tensor does not fit an SPMD program's input
 ├── OutputError           a function's result holds a leaf that is not an array
@@ -64,6 +65,7 @@ __all__ = [
     "ArtifactVersionError",
     "BridgeError",
     "BufferDeletedError",
+    "CapturedTensorError",
     "CollectiveNotSupportedError",
     "CollectiveRewriteError",
     "CompileBackendError",
@@ -196,6 +198,12 @@ class ArgumentError(BridgeError):
 
 class DtypeError(ArgumentError):
     """An unsupported or mismatched element type."""
+
+
+class CapturedTensorError(ArgumentError):
+    """A function given to :func:`hlobridge.call_jax` closes over a
+    ``torch.Tensor``, which JAX cannot use inside its program; the message
+    says to pass the tensor as an argument instead."""
 
 
 class UnsupportedOptimizerError(ArgumentError):

@@ -121,12 +121,15 @@ def _is_tracing(leaves: list[Any]) -> bool:
     (``make_fx``) is active. Traced calls become one ``hlobridge::call_jax``
     op, so that the caller's graph holds the JAX function as a node. Other
     tensor subclasses are real data and run."""
-    from torch._subclasses.fake_tensor import is_fake
-
     for leaf in leaves:
         if isinstance(leaf, _Tensor) and type(leaf) is not _Tensor and \
-                type(leaf) is not torch.nn.Parameter and is_fake(leaf):
-            return True
+                type(leaf) is not torch.nn.Parameter:
+            # Imported here: fake_tensor imports sympy (seconds), which a
+            # plain eager call never needs.
+            from torch._subclasses.fake_tensor import is_fake
+
+            if is_fake(leaf):
+                return True
     return torch._C._get_dispatch_mode(_PROXY_KEY) is not None
 
 
