@@ -54,11 +54,11 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from hlobridge._src.errors import ArgumentError, DtypeError
+from hlobridge._src.errors import ArgumentError, BridgeError, CapturedTensorError, DtypeError
 from hlobridge._src.dtypes import DTYPES, X64, torch_dtype_of
 from hlobridge._src.signature import function_name
 
-__all__ = ["JaxFunction", "bind", "lookup", "register", "OP"]
+__all__ = ["JaxFunction", "bind", "explain_trace_error", "lookup", "register", "OP"]
 
 # An output structure template made only of Python constants, so that Dynamo
 # can rebuild the pytree in the graph: ("leaf", i) | ("none",) |
@@ -80,6 +80,8 @@ class JaxFunction:
     flat: Callable[..., list[Any]]
     structured: Callable[..., Any]
     """The same call, returning the output pytree unflattened."""
+    user: Any = None
+    """The user's function (for error messages)."""
 
 
 @dataclass
@@ -111,12 +113,12 @@ def lookup(key: str) -> JaxFunction:
 
 
 def _add(name: str, flat: Callable[..., list[Any]], structured: Callable[..., Any],
-         identity: tuple[Any, ...]) -> str:
+         identity: tuple[Any, ...], user: Any = None) -> str:
     with _lock:
         key = _by_identity.get(identity)
         if key is None:
             key = f"{name}#{len(_by_key)}"
-            _by_key[key] = JaxFunction(key, name, flat, structured)
+            _by_key[key] = JaxFunction(key, name, flat, structured, user)
             _by_identity[identity] = key
         return key
 
@@ -146,7 +148,70 @@ def register(fn: Callable[..., Any], spec: pytree.TreeSpec, statics: tuple[Any, 
         return list(jax.tree_util.tree_leaves(structured(*arrays)))
 
     flat.__name__ = flat.__qualname__ = "main"
-    return _add(function_name(fn), flat, structured, identity)
+    return _add(function_name(fn), flat, structured, identity, fn)
+
+
+def _captured_tensor(fn: Any, depth: int = 0) -> str | None:
+    """Where ``fn`` holds a torch tensor it would hand to JAX: a closure
+    cell, a global its code reads, a ``functools.partial`` argument, an
+    attribute of a bound method's object (``None`` if nowhere)."""
+    if depth > 3:
+        return None
+    if isinstance(fn, torch.Tensor):
+        return "a tensor"
+    func = getattr(fn, "func", None)
+    if func is not None and isinstance(getattr(fn, "args", None), tuple):  # functools.partial
+        for i, a in enumerate(fn.args):
+            if isinstance(a, torch.Tensor):
+                return f"partial argument {i}"
+        for k, a in (getattr(fn, "keywords", None) or {}).items():
+            if isinstance(a, torch.Tensor):
+                return f"partial argument {k!r}"
+        return _captured_tensor(func, depth + 1)
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and hasattr(fn, "__func__"):
+        for k, a in getattr(owner, "__dict__", {}).items():
+            if isinstance(a, torch.Tensor):
+                return f"attribute self.{k}"
+        return _captured_tensor(fn.__func__, depth + 1)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        wrapped = getattr(fn, "__wrapped__", None)
+        return None if wrapped is None else _captured_tensor(wrapped, depth + 1)
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, torch.Tensor):
+            return f"captured variable {name!r}"
+    glb = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        if isinstance(glb.get(name), torch.Tensor):
+            return f"global {name!r}"
+    return None
+
+
+def explain_trace_error(fn: Any, e: BaseException) -> BaseException:
+    """The exception to raise for ``e``, raised while JAX traced ``fn``:
+    :class:`CapturedTensorError` when ``fn`` closes over a torch tensor (JAX
+    then fails on a tracer and a Tensor); otherwise ``e`` itself, with the
+    notes hlobridge added (which input shapes JAX traced) moved into its
+    message so that ``str(e)`` shows them."""
+    if isinstance(e, BridgeError):
+        return e
+    where = _captured_tensor(fn)
+    if where is not None:
+        return CapturedTensorError(
+            f"call_jax: the JAX function {function_name(fn)} closes over a torch.Tensor "
+            f"({where}); JAX cannot use a torch tensor inside its program. Pass it as an "
+            f"argument instead: call_jax(fn, x, t) with fn(x, t)  [JAX said: "
+            f"{type(e).__name__}: {e}]")
+    notes = [n for n in getattr(e, "__notes__", []) if n.startswith("hlobridge")]
+    if notes and e.args and isinstance(e.args[0], str):
+        e.args = ("\n".join([e.args[0], *notes]), *e.args[1:])
+        e.__notes__ = [n for n in e.__notes__ if n not in notes]  # type: ignore[attr-defined]
+    return e
 
 
 def _vjp_key(key: str) -> str:
@@ -213,7 +278,17 @@ def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) ->
     sds = [jax.ShapeDtypeStruct(tuple(s), _jax_dtype(d)) for s, d in specs]  # type: ignore[no-untyped-call]
     x64 = any(d in X64 for _, d in specs)
     with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-        out_tree = jax.eval_shape(fn.structured, *sds)
+        try:
+            out_tree = jax.eval_shape(fn.structured, *sds)
+        except Exception as e:
+            if not isinstance(e, BridgeError):
+                shapes = ", ".join(f"{d}{list(s)}" for s, d in specs)
+                e.add_note(f"hlobridge.call_jax: raised while JAX traced {fn.name} for tensor "
+                           f"inputs ({shapes})")
+            err = explain_trace_error(fn.user, e)
+            if err is e:
+                raise
+            raise err from e
     leaves = jax.tree_util.tree_leaves(out_tree)
     out_avals = [(tuple(o.shape), o.dtype) for o in leaves]
     for _, dt in out_avals:
@@ -246,7 +321,9 @@ OP = torch.ops.hlobridge.call_jax.default
 
 @_call_jax_op.register_fake
 def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    sig = signature(key, [(tuple(t.shape), t.dtype) for t in tensors])
+    # int() specializes a symbolic size (torch.compile(dynamic=True)) to its
+    # value, with a guard: a JAX program has static shapes.
+    sig = signature(key, [(tuple(int(d) for d in t.shape), t.dtype) for t in tensors])
     if not tensors:
         raise ArgumentError("call_jax under torch.compile needs at least one tensor argument")
     ref = tensors[0]
@@ -292,8 +369,17 @@ def _comptime_register(ctx: Any) -> None:
     fn_vt = ctx.get_local("fn")._i_will_not_complain_if_bc_breaks_VariableTracker()
     fn, identity = materialize(tx, fn_vt)
     spec = ctx.get_local("spec").as_python_constant()
-    statics = ctx.get_local("statics").as_python_constant()
-    _set_local(ctx, "key", register(fn, spec, statics, ("traced", identity)))
+    statics_vt = ctx.get_local("statics")._i_will_not_complain_if_bc_breaks_VariableTracker()
+    statics, statics_id = materialize(tx, statics_vt, "static argument")
+    key = register(fn, spec, tuple(statics), ("traced", identity, statics_id))
+    # Trace the JAX function now, on the fake inputs' shapes: an error here
+    # reaches the user by name (Dynamo wraps errors of the op's fake
+    # implementation in a TorchRuntimeError that drops them). int()
+    # specializes a symbolic size (dynamic=True), with a guard.
+    tensors_vt = ctx.get_local("tensors")._i_will_not_complain_if_bc_breaks_VariableTracker()
+    fakes = [t.as_proxy().node.meta["example_value"] for t in tensors_vt.items]
+    signature(key, [(tuple(int(d) for d in f.shape), f.dtype) for f in fakes])
+    _set_local(ctx, "key", key)
 
 
 def _comptime_template(ctx: Any) -> None:

@@ -234,7 +234,13 @@ def _build(fn: Callable[..., Any], treedef: Any, leaves: list[Any]) -> Entry:
     """Lower ``fn`` for this signature and compile it (or find it compiled)."""
     tensors = [leaf for leaf in leaves if isinstance(leaf, _Tensor)]
     platform = _native.runtime().platform
-    low = lower(fn, treedef, leaves, platform)
+    try:
+        low = lower(fn, treedef, leaves, platform)
+    except Exception as e:
+        err = custom_op.explain_trace_error(fn, e)
+        if err is e:
+            raise
+        raise err from e
     out_tree = low.out_tree
     exe, hit = _native.compile(low.text)
     if exe.num_outputs != out_tree.num_leaves:

@@ -35,16 +35,18 @@ the registered ``pallas_call`` lowering rule, ``Traced.lower``'s
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 from jax._src.interpreters import mlir
 from jax._src.pallas.pallas_call import pallas_call_p
 
 from hlobridge._src import config
+from hlobridge._src.errors import BridgeError
 from hlobridge._src.pallas import PallasLoweringError, kernel_name, pallas_eqns
 
-__all__ = ["ENV", "auto_interpret_enabled", "cpu_interpret_error", "lowering_parameters", "lower_traced",
-           "producer_of"]
+__all__ = ["ENV", "auto_interpret_enabled", "cpu_interpret_error", "kernel_lowering_error",
+           "lowering_parameters", "lower_traced", "producer_of"]
 
 ENV = "HLOBRIDGE_PALLAS_AUTO_INTERPRET"
 """Environment variable: ``0`` turns the CPU interpret fallback off."""
@@ -100,16 +102,43 @@ def lowering_parameters(platform: str) -> Any:
 def lower_traced(traced: Any, platform: str) -> Any:
     """``traced.lower(lowering_platforms=(platform,))`` for a ``jax.jit(...).trace(...)``
     result, with the ``cpu`` Pallas rule of :func:`lowering_parameters`. A
-    bare "Only interpret mode is supported on CPU backend" from JAX becomes a
-    :class:`~hlobridge.pallas.PallasLoweringError` naming the kernel(s)."""
+    bare "Only interpret mode is supported on CPU backend" from JAX, or any
+    other error raised inside JAX's Pallas lowering (Mosaic GPU's
+    ``NotImplementedError``, ...), becomes a
+    :class:`~hlobridge.pallas.PallasLoweringError` naming the kernel(s) and
+    the fix."""
     try:
         return traced.lower(lowering_platforms=(platform,), _private_parameters=lowering_parameters(platform))
-    except ValueError as e:
-        if _JAX_CPU_MESSAGE not in str(e):
-            raise
+    except BridgeError:
+        raise
+    except Exception as e:
         names = [kernel_name(dict(q.params)) for q in pallas_eqns(traced.jaxpr.jaxpr)
                  if not q.params.get("interpret")]
-        raise cpu_interpret_error(", ".join(names) or "pallas_call") from e
+        if isinstance(e, ValueError) and _JAX_CPU_MESSAGE in str(e):
+            raise cpu_interpret_error(", ".join(names) or "pallas_call") from e
+        files = [f.filename for f in traceback.extract_tb(e.__traceback__)]
+        if not names or not any("/pallas/" in f for f in files):
+            raise
+        raise kernel_lowering_error(", ".join(names), platform, e, files) from e
+
+
+def kernel_lowering_error(kernels: str, platform: str, e: BaseException,
+                          files: list[str]) -> PallasLoweringError:
+    """The named error for a kernel JAX's Pallas lowering for ``platform``
+    refused (a raw ``NotImplementedError`` from Mosaic GPU, ...), with the fix."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    reason = f"JAX's Pallas lowering raised {type(e).__name__}: {first}"
+    if any("/mosaic_gpu/" in f for f in files):
+        reason += ("; JAX lowered it with Mosaic GPU (its choice for a pallas_call without GPU "
+                   "compiler_params), which does not support this kernel. Fix: lower it with Triton "
+                   "(what hb.trace_pallas does by default): pass compiler_params="
+                   "jax.experimental.pallas.triton.CompilerParams() to pl.pallas_call, or build the "
+                   "program with hb.trace_pallas(kernel_fn, ..., target='cuda', backend='triton')")
+    else:
+        reason += (f"; the kernel uses something the {platform} Pallas backend does not support: "
+                   f"rewrite that part of the kernel, or pick another backend with "
+                   f"hb.trace_pallas(..., backend=...)")
+    return PallasLoweringError(kernels, platform, reason)
 
 
 def producer_of(traced: Any) -> str:
