@@ -265,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the user's inductor and hlobridge compile caches (default: "
                     "fresh empty ones, so first-call times are cold compiles)")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "real"))
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of an earlier real.json in --out for the (model, path) "
+                    "groups this run does not time (a full run split over several calls)")
     ap.add_argument("--docs", default=None, help="also copy the JSON, table and plot here "
                     "(make bench-real: docs/bench/real)")
     args = ap.parse_args(argv)
@@ -305,7 +308,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    if args.merge and (out / "real.json").exists():
+        todo = {(m, p) for m in args.models for p in args.paths}
+        rows = [r for r in json.loads((out / "real.json").read_text())["rows"]
+                if (r["model"], r["path"]) not in todo]
     for name in args.models:
         for path in args.paths:
             if path not in models.get(name).paths:
@@ -345,7 +352,9 @@ def _write(out: Path, args: argparse.Namespace, env: dict[str, str], rows: list[
                      "env": {k: env[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS",
                                                  "PJRT_NPROC", "HLOBRIDGE_SPIN_US") if k in env}},
         "loadavg_start": load, "loadavg_end": os.getloadavg()[0],
-        "wall_s": time.perf_counter() - t0, "rows": rows,
+        "wall_s": time.perf_counter() - t0,
+        "rows": sorted(rows, key=lambda r: (models.NAMES.index(r["model"]),
+                                            PATHS.index(r["path"]))),
     }
     (out / "real.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "real.md").write_text(report.markdown(result))
