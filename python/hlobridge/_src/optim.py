@@ -7,9 +7,12 @@ program as the forward and backward pass:
 - ``init(params) -> state``: the initial state, a pytree of tensors;
 - ``update(params, grads, state) -> (new_params, new_state)``.
 
-:class:`SGD` and :class:`Adam` are written in torch ops and follow
-``torch.optim.SGD`` / ``torch.optim.Adam`` exactly (tests compare them step
-by step). :class:`JaxOptimizer` runs a JAX update function (Optax-style)
+:class:`SGD`, :class:`Adam` and :class:`AdamW` are written in torch ops and
+follow ``torch.optim.SGD`` / ``Adam`` / ``AdamW`` exactly (tests compare them
+step by step; ``Adam(weight_decay=)`` is torch's L2 term, ``AdamW``'s is
+decoupled). Their hyperparameters are Python floats baked into the
+program; to change them between steps (an ``lr_scheduler``), pass a
+``torch.optim`` optimizer to :func:`hlobridge.compile_train_step` instead. :class:`JaxOptimizer` runs a JAX update function (Optax-style)
 through :func:`hlobridge.call_jax`: inside a compiled train step it becomes a
 JAX segment of the one stitched program.
 """
@@ -23,7 +26,7 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["Optimizer", "SGD", "Adam", "JaxOptimizer", "ClipGradNorm"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "JaxOptimizer", "ClipGradNorm"]
 
 Params = dict[str, torch.Tensor]
 
@@ -110,26 +113,74 @@ class Adam:
 
 
 @dataclass(frozen=True)
+class AdamW:
+    """``torch.optim.AdamW``: Adam with decoupled weight decay (the
+    parameter is first scaled by ``1 - lr * weight_decay``; the gradient is
+    left alone). State as :class:`Adam`'s."""
+
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+
+    def init(self, params: Params) -> dict[str, Any]:
+        return Adam.init(self, params)  # type: ignore[arg-type]
+
+    def update(self, params: Params, grads: Params, state: dict[str, Any]
+               ) -> tuple[Params, dict[str, Any]]:
+        b1, b2 = self.betas
+        step = state["step"] + 1
+        # 1 - beta**step as -expm1(step * log(beta)) (no float32 cancellation).
+        bc1 = -torch.expm1(step * math.log(b1))
+        bc2 = -torch.expm1(step * math.log(b2))
+        decay = 1.0 - self.lr * self.weight_decay
+        new_params: Params = {}
+        m2: Params = {}
+        v2: Params = {}
+        for k, p in params.items():
+            g = grads[k]
+            m = torch.lerp(state["m"][k], g, 1 - b1)
+            v = b2 * state["v"][k] + (1 - b2) * (g * g)
+            m2[k], v2[k] = m, v
+            denom = torch.sqrt(v) / torch.sqrt(bc2) + self.eps
+            new_params[k] = p * decay - (self.lr / bc1) * (m / denom)
+        return new_params, {"step": step, "m": m2, "v": v2}
+
+
+@dataclass(frozen=True)
 class JaxOptimizer:
     """An optimizer whose math is JAX: ``init_fn(params) -> state`` and
     ``update_fn(params, grads, state) -> (new_params, new_state)`` over dicts
     of ``jax.Array`` (e.g. an Optax transformation followed by
     ``optax.apply_updates``). Both run through :func:`hlobridge.call_jax`, so
     inside a compiled train step the update is a JAX segment of the same
-    program."""
+    program.
+
+    ``JaxOptimizer(tx)`` with no ``update_fn`` takes an Optax
+    ``GradientTransformation`` (``optax.adamw(...)``, ``optax.chain(...)``,
+    ``optax.inject_hyperparams(...)``): its state keeps Optax's pytree
+    (:mod:`hlobridge._src.optax_state`)."""
 
     init_fn: Callable[..., Any]
-    update_fn: Callable[..., Any]
+    update_fn: Callable[..., Any] | None = None
 
     def init(self, params: Params) -> Any:
+        from hlobridge._src import optax_state
         from hlobridge._src.jax_bridge import call_jax
 
+        detached = {k: v.detach() for k, v in params.items()}
         with torch.no_grad():
-            return call_jax(self.init_fn, {k: v.detach() for k, v in params.items()})
+            if self.update_fn is None:
+                return call_jax(optax_state.init, self.init_fn, detached)
+            return call_jax(self.init_fn, detached)
 
     def update(self, params: Params, grads: Params, state: Any) -> tuple[Params, Any]:
+        from hlobridge._src import optax_state
         from hlobridge._src.jax_bridge import call_jax
 
+        if self.update_fn is None:
+            new_params, new_state = call_jax(optax_state.update, self.init_fn, params, grads, state)
+            return dict(new_params), new_state
         new_params, new_state = call_jax(self.update_fn, params, grads, state)
         return dict(new_params), new_state
 

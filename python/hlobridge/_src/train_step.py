@@ -43,9 +43,10 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from hlobridge._src.errors import ArgumentError
+from hlobridge._src.errors import ArgumentError, DataDependentError
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.optim import Optimizer
+from hlobridge._src.torch_optim import TorchOptimizer
 
 _Tensor = torch.Tensor
 
@@ -69,14 +70,45 @@ class _Traced:
     aux_spec: pytree.TreeSpec | None = None
     """Structure of ``loss_fn``'s auxiliary output (``has_aux``)."""
     n_aux: int = 0
+    n_state_out: int = 0
+    """Optimizer-state leaves among the outputs."""
+    out_state_spec: pytree.TreeSpec | None = None
+    """Structure of the new state a torch optimizer's update returns."""
+    structure: Any = None
+    """The torch optimizer's flags and the autocast state traced for."""
+    unused: frozenset[str] = frozenset()
+    """Parameters the loss does not depend on (no gradient)."""
+
+
+def _autocast_state() -> tuple[bool, torch.dtype] | None:
+    """The caller's CPU autocast state, re-entered around ``loss_fn`` in the
+    trace (None: off)."""
+    if torch.is_autocast_enabled("cpu"):
+        return (True, torch.get_autocast_dtype("cpu"))
+    return None
+
+
+def _split(batch: tuple[Any, ...], k: int, i: int) -> tuple[Any, ...]:
+    """Micro-batch ``i`` of ``k``: every tensor leaf's dim-0 slice."""
+    def one(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if t.dim() == 0 or t.shape[0] % k:
+            raise ArgumentError(f"compile_train_step(accumulate={k}): every batch tensor's "
+                                f"first dimension must be a multiple of {k}; got shape "
+                                f"{tuple(t.shape)}")
+        n = t.shape[0] // k
+        return t[i * n:(i + 1) * n]
+    return pytree.tree_map(one, batch)  # type: ignore[no-any-return]
 
 
 class TrainStep:
     """A compiled training step; see :func:`compile_train_step`."""
 
     def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
-                 optimizer: Optimizer, *, has_aux: bool = False, name: str | None = None,
-                 process_group: Any = None) -> None:
+                 optimizer: Optimizer | torch.optim.Optimizer, *, has_aux: bool = False,
+                 name: str | None = None, process_group: Any = None,
+                 max_grad_norm: float | None = None, accumulate: int = 1) -> None:
         from hlobridge._src.data_parallel import resolve
 
         # A DDP wrapper or process_group=: gradients all-reduced between a
@@ -98,9 +130,29 @@ class TrainStep:
                          **{k: p for k, p in model.named_parameters() if not p.requires_grad}}
         self._param_list = list(self._params.values())
         self._buffer_list = list(self._buffers.values())
-        with torch.no_grad():
-            state = optimizer.init({k: p.detach() for k, p in self._params.items()})
-        self._state_leaves, self._state_spec = pytree.tree_flatten(state)
+        if not (isinstance(accumulate, int) and accumulate >= 1):
+            raise ArgumentError(f"compile_train_step: accumulate must be an int >= 1, got "
+                                f"{accumulate!r}")
+        if accumulate > 1 and has_aux:
+            raise ArgumentError("compile_train_step: has_aux=True with accumulate > 1 is not "
+                                "supported (which micro-batch's aux?)")
+        self.accumulate = accumulate
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self._torch: TorchOptimizer | None = None
+        if isinstance(optimizer, torch.optim.Optimizer):
+            # State in optimizer.state, hyperparameters read from its
+            # param_groups on every call (hlobridge._src.torch_optim).
+            self._torch = TorchOptimizer(optimizer, self._params)
+            self._state_leaves, self._state_spec = [], pytree.tree_flatten(None)[1]
+        else:
+            if not (callable(getattr(optimizer, "init", None))
+                    and callable(getattr(optimizer, "update", None))):
+                from hlobridge._src.torch_optim import _kind
+
+                _kind(optimizer)  # type: ignore[arg-type]  # raises, listing what works
+            with torch.no_grad():
+                state = optimizer.init({k: p.detach() for k, p in self._params.items()})
+            self._state_leaves, self._state_spec = pytree.tree_flatten(state)
         self._traced: dict[tuple[Any, ...], _Traced] = {}
         self._last: _Traced | None = None
         """The last call's trace, tried first when the batch is a flat tuple
@@ -115,29 +167,44 @@ class TrainStep:
         ``(loss, aux)`` with ``has_aux``."""
         if self._dp is not None:
             self._dp.check_call(self.name)
+        state_leaves, state_spec, hyper, structure = self._optimizer_inputs()
         last = self._last
         if last is not None and len(batch) == last.n_batch and \
-                all(type(b) is _Tensor for b in batch):
+                all(type(b) is _Tensor for b in batch) and last.structure == structure and \
+                last.state_spec == state_spec:
             # Hot path: the last signature's program, checked and run natively
             # (a miss, e.g. a new batch shape, falls through to a new trace).
             grad = torch.is_grad_enabled()
             torch._C._set_grad_enabled(False)
             try:
                 outs = last.graph.try_fast(
-                    (*self._param_list, *self._buffer_list, *self._state_leaves, *batch))
+                    (*self._param_list, *self._buffer_list, *state_leaves, *hyper, *batch))
             finally:
                 torch._C._set_grad_enabled(grad)
             if outs is not _MISS:
                 return self._apply(outs, last)
-        return self._call_traced(batch)
+        return self._call_traced(batch, state_leaves, state_spec, hyper, structure)
 
-    def _call_traced(self, batch: tuple[Any, ...]) -> Any:
+    def _optimizer_inputs(self) -> tuple[list[Any], pytree.TreeSpec, list[torch.Tensor], Any]:
+        """The optimizer state's leaves and structure, the hyperparameter
+        inputs (a torch optimizer's, read from its param_groups now) and the
+        structure key (a torch optimizer's flags, the autocast state)."""
+        t = self._torch
+        ac = _autocast_state()
+        if t is None:
+            return self._state_leaves, self._state_spec, [], (None, ac)
+        flags = t.layout()
+        leaves, spec = pytree.tree_flatten(t.state())
+        return leaves, spec, t.hyper(), (flags, ac)
+
+    def _call_traced(self, batch: tuple[Any, ...], state_leaves: list[Any],
+                     state_spec: pytree.TreeSpec, hyper: list[torch.Tensor],
+                     structure: Any) -> Any:
         batch_leaves, batch_spec = pytree.tree_flatten(batch)
-        state_leaves = self._state_leaves
         params = [p.detach() for p in self._param_list]
         buffers = [b.detach() for b in self._buffer_list]
-        flat = [*params, *buffers, *state_leaves, *batch_leaves]
-        key = (batch_spec, self._state_spec,
+        flat = [*params, *buffers, *state_leaves, *hyper, *batch_leaves]
+        key = (batch_spec, state_spec, structure,
                *((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else t
                  for t in flat))
         traced = self._traced.get(key)
@@ -145,7 +212,8 @@ class TrainStep:
             with self._lock:
                 traced = self._traced.get(key)
                 if traced is None:
-                    traced = self._trace(flat, batch_spec, self._state_spec, len(state_leaves))
+                    traced = self._trace(flat, batch_spec, state_spec, len(state_leaves),
+                                         len(hyper), structure)
                     self._traced[key] = traced
         outs = traced.graph(*flat)
         flat_batch = batch_spec == pytree.tree_flatten(tuple(batch_leaves))[1]
@@ -154,14 +222,21 @@ class TrainStep:
 
     def _apply(self, outs: list[Any], traced: _Traced) -> Any:
         """Swap the program's results in: parameters and buffers by
-        ``.data`` (zero-copy), the optimizer state's leaves."""
-        n_p, n_s, n_a = len(self._param_list), len(self._state_leaves), traced.n_aux
+        ``.data`` (zero-copy), the optimizer state's leaves (a torch
+        optimizer's into ``optimizer.state``)."""
+        n_p, n_s, n_a = len(self._param_list), traced.n_state_out, traced.n_aux
         # Assigning .data records nothing for autograd: no no_grad() needed.
         for p, v in zip(self._param_list, outs[1:1 + n_p]):
             p.data = v
         for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
             b.data = v
-        self._state_leaves = outs[1 + n_p:1 + n_p + n_s]
+        new_state = outs[1 + n_p:1 + n_p + n_s]
+        if self._torch is not None:
+            assert traced.out_state_spec is not None
+            self._torch.store(pytree.tree_unflatten(new_state, traced.out_state_spec),
+                              traced.unused)
+        else:
+            self._state_leaves = new_state
         if traced.aux_spec is not None:
             aux = pytree.tree_unflatten(outs[1 + n_p + n_s:1 + n_p + n_s + n_a], traced.aux_spec)
             return outs[0], aux
@@ -170,11 +245,16 @@ class TrainStep:
     @property
     def state(self) -> Any:
         """The optimizer state (the pytree ``optimizer.init`` made, holding
-        the latest values)."""
+        the latest values); a torch optimizer's is ``optimizer.state``."""
+        if self._torch is not None:
+            return self._torch.opt.state
         return pytree.tree_unflatten(list(self._state_leaves), self._state_spec)
 
     @state.setter
     def state(self, value: Any) -> None:
+        if self._torch is not None:
+            raise ArgumentError("compile_train_step: with a torch optimizer the state is "
+                                "optimizer.state (use optimizer.load_state_dict)")
         leaves, spec = pytree.tree_flatten(value)
         if spec != self._state_spec:
             self._last = None  # a new structure needs a new trace
@@ -188,7 +268,8 @@ class TrainStep:
 
     # -- tracing --------------------------------------------------------------
     def _trace(self, flat: list[Any], batch_spec: pytree.TreeSpec,
-               state_spec: pytree.TreeSpec, n_state: int) -> _Traced:
+               state_spec: pytree.TreeSpec, n_state: int, n_hyper: int,
+               structure: Any) -> _Traced:
         from torch.fx.experimental.proxy_tensor import make_fx
 
         from hlobridge._src.collective_split import compile_graph
@@ -204,12 +285,25 @@ class TrainStep:
         module_buffers = {k for k, _ in model.named_buffers()}
         mutated: list[str] = []
         aux_box: list[pytree.TreeSpec] = []
+        out_box: list[pytree.TreeSpec] = []
+        unused: set[str] = set()
+        torch_opt = self._torch
+        k_acc, max_norm = self.accumulate, self.max_grad_norm
+        ac = structure[1]
+
+        def run_loss(forward: Any, batch: Any) -> Any:
+            if ac is None:
+                return loss_fn(forward, *batch)
+            with torch.autocast("cpu", dtype=ac[1]):
+                return loss_fn(forward, *batch)
 
         def step(*xs: Any) -> list[torch.Tensor]:
             params = dict(zip(pnames, xs[:n_p]))
             buffers = dict(zip(bnames, xs[n_p:n_p + n_b]))
             state = pytree.tree_unflatten(list(xs[n_p + n_b:n_p + n_b + n_state]), state_spec)
-            batch = pytree.tree_unflatten(list(xs[n_p + n_b + n_state:]), batch_spec)
+            o = n_p + n_b + n_state
+            hyper = list(xs[o:o + n_hyper])
+            batch = pytree.tree_unflatten(list(xs[o + n_hyper:]), batch_spec)
             shared = {k: b for k, b in buffers.items() if k in module_buffers}
             synced = shared if dp is None else dp.broadcast(shared)
             if synced is not shared:
@@ -224,38 +318,65 @@ class TrainStep:
                 def forward(*args: Any, **kwargs: Any) -> Any:
                     return torch.func.functional_call(model, {**live, **buffers}, args, kwargs)
 
-                with watch:
-                    loss = loss_fn(forward, *batch)
-                # A collective on the way to the loss has no backward.
-                watch.check(f"compile_train_step ({self.name})")
+                losses: list[torch.Tensor] = []
+                grads: list[torch.Tensor | None] = [None] * n_p
+                for i in range(k_acc):
+                    micro = batch if k_acc == 1 else _split(batch, k_acc, i)
+                    with watch:
+                        loss = run_loss(forward, micro)
+                    # A collective on the way to the loss has no backward.
+                    watch.check(f"compile_train_step ({self.name})")
+                    aux_leaves: list[Any] = []
+                    if has_aux:
+                        if not (isinstance(loss, tuple) and len(loss) == 2):
+                            raise ArgumentError("compile_train_step(has_aux=True): loss_fn "
+                                                "must return (loss, aux)")
+                        loss, aux = loss
+                        aux_leaves, aux_spec = pytree.tree_flatten(aux)
+                        if not all(isinstance(a, torch.Tensor) for a in aux_leaves):
+                            raise ArgumentError("compile_train_step: aux must be a pytree of "
+                                                "tensors")
+                        aux_box[:] = [aux_spec]
+                    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                        raise ArgumentError("compile_train_step: loss_fn must return a scalar "
+                                            "tensor")
+                    # As eager accumulation: (loss / k).backward() per micro-batch.
+                    part = torch.autograd.grad(loss if k_acc == 1 else loss / k_acc,
+                                               list(live.values()), allow_unused=True)
+                    grads = [a if b is None else b if a is None else a + b
+                             for a, b in zip(grads, part)]
+                    losses.append(loss.detach().reshape(()))
                 if synced is not shared:
                     for k, t in synced.items():
                         shared[k].copy_(t)
-                aux_leaves: list[Any] = []
-                if has_aux:
-                    if not (isinstance(loss, tuple) and len(loss) == 2):
-                        raise ArgumentError("compile_train_step(has_aux=True): loss_fn must "
-                                            "return (loss, aux)")
-                    loss, aux = loss
-                    aux_leaves, aux_spec = pytree.tree_flatten(aux)
-                    if not all(isinstance(a, torch.Tensor) for a in aux_leaves):
-                        raise ArgumentError("compile_train_step: aux must be a pytree of "
-                                            "tensors")
-                    aux_box[:] = [aux_spec]
-                if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                    raise ArgumentError("compile_train_step: loss_fn must return a scalar "
-                                        "tensor")
-                grads = torch.autograd.grad(loss, list(live.values()), allow_unused=True)
+            loss = losses[0] if k_acc == 1 else torch.stack(losses).mean()
+            unused.update(k for k, gr in zip(pnames, grads) if gr is None)
             g = {k: (gr if gr is not None else torch.zeros_like(params[k]))
                  for k, gr in zip(pnames, grads)}
             if dp is not None:
                 g = dp.all_reduce_mean(pnames, g)  # between two programs
-            new_params, new_state = optimizer.update(params, g, state)
-            new_leaves, new_spec = pytree.tree_flatten(new_state)
-            if new_spec != state_spec:
-                raise ArgumentError(f"compile_train_step: optimizer.update returned a state of "
-                                    f"structure {new_spec}, the state it got was {state_spec}")
-            return [loss.detach().reshape(()), *(new_params[k] for k in pnames), *new_leaves,
+            if max_norm is not None:
+                # clip_grad_norm_: the parameters that have a gradient.
+                used = [g[k] for k in pnames if k not in unused]
+                total = torch.linalg.vector_norm(
+                    torch.stack([torch.linalg.vector_norm(x) for x in used]))
+                coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+                g = {k: x if k in unused else x * coef for k, x in g.items()}
+            if torch_opt is not None:
+                st, fresh = state
+                new_params, new_list = torch_opt.update(
+                    params, {k: (None if k in unused else x) for k, x in g.items()}, st, fresh,
+                    hyper)
+                new_leaves, new_spec = pytree.tree_flatten(new_list)
+                out_box[:] = [new_spec]
+            else:
+                new_params, new_state = optimizer.update(params, g, state)  # type: ignore[union-attr]
+                new_leaves, new_spec = pytree.tree_flatten(new_state)
+                if new_spec != state_spec:
+                    raise ArgumentError(f"compile_train_step: optimizer.update returned a state "
+                                        f"of structure {new_spec}, the state it got was "
+                                        f"{state_spec}")
+            return [loss, *(new_params[k] for k in pnames), *new_leaves,
                     *(a.detach() for a in aux_leaves)]
 
         from torch.func import functionalize
@@ -267,20 +388,47 @@ class TrainStep:
         # neither the fused CPU flash-attention kernel nor its backward).
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        with sdpa_kernel([SDPBackend.MATH]):
-            raw = make_fx(step, decomposition_table=decompositions(),
-                          tracing_mode="fake")(*flat)
-        gm = make_fx(functionalize(raw, remove="mutations_and_views"),
-                     tracing_mode="fake")(*flat)
+        # The caller's autocast is re-entered around loss_fn only (run_loss):
+        # the backward and the update run as eager's do, outside it.
+        try:
+            with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False):
+                raw = make_fx(step, decomposition_table=decompositions(),
+                              tracing_mode="fake")(*flat)
+                gm = make_fx(functionalize(raw, remove="mutations_and_views"),
+                             tracing_mode="fake")(*flat)
+        except _data_dependent_errors() as e:
+            raise DataDependentError(
+                f"compile_train_step ({self.name}): the step depends on tensor values "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). A "
+                f"captured step is one program for all values: replace Python control flow "
+                f"on tensors (`if loss > x`, `.item()`, `.tolist()`, boolean-mask indexing, "
+                f"nonzero) with tensor ops such as torch.where / masking by multiplication, "
+                f"or move the decision out of the step (compute it eagerly and pass it in "
+                f"the batch, or pick between two compiled steps)") from e
         if dp is not None:
             _drop_input_shaped_copies(gm)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
+        n_out = out_box[0].num_leaves if out_box else n_state
         return _Traced(graph=compile_graph(gm, self.name), state_spec=state_spec,
+                       n_state_out=n_out, out_state_spec=out_box[0] if out_box else None,
+                       structure=structure, unused=frozenset(unused),
                        mutated_buffers=mutated,
                        mutated_buffer_tensors=[self._buffers[n] for n in mutated],
                        n_batch=batch_spec.num_children,
                        aux_spec=aux_box[0] if aux_box else None,
                        n_aux=aux_box[0].num_leaves if aux_box else 0)
+
+
+def _data_dependent_errors() -> tuple[type[BaseException], ...]:
+    """What tracing raises where the step branches on tensor data."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return (GuardOnDataDependentSymNode, DataDependentOutputException,
+            DynamicOutputShapeException)
 
 
 def _drop_input_shaped_copies(gm: torch.fx.GraphModule) -> None:
@@ -335,14 +483,22 @@ def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list
 
 
 def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
-                       optimizer: Optimizer, *, has_aux: bool = False,
-                       name: str | None = None, process_group: Any = None) -> TrainStep:
+                       optimizer: Optimizer | torch.optim.Optimizer, *, has_aux: bool = False,
+                       name: str | None = None, process_group: Any = None,
+                       max_grad_norm: float | None = None, accumulate: int = 1) -> TrainStep:
     """Compile ``model``'s whole training step into ONE program.
 
     ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
     module (it is a functional stand-in bound to the current parameters).
-    ``optimizer`` is an :mod:`hlobridge.optim` optimizer (``SGD``, ``Adam``,
-    or a JAX update through ``JaxOptimizer``). JAX functions called with
+    ``optimizer`` is a ``torch.optim.SGD``, ``Adam``, ``AdamW`` or
+    ``RMSprop`` (any options and parameter groups; its state stays in
+    ``optimizer.state`` and its scalar hyperparameters, read from
+    ``optimizer.param_groups`` on each call, are program inputs, so an
+    ``lr_scheduler`` never recompiles: :mod:`hlobridge._src.torch_optim`;
+    another torch optimizer raises
+    :class:`~hlobridge.errors.UnsupportedOptimizerError`), or an
+    :mod:`hlobridge.optim` optimizer (``SGD``, ``Adam``, ``AdamW``, or a JAX
+    update through ``JaxOptimizer``). JAX functions called with
     :func:`hlobridge.call_jax` anywhere in the step are stitched into the same
     program.
 
@@ -354,6 +510,19 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
     With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` where ``aux``
     is a pytree of tensors (logits, metrics...), computed in the same
     program and returned as ``(loss, aux)``.
+
+    ``max_grad_norm=`` clips the gradients first, as
+    ``torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)``.
+    ``accumulate=k`` splits every batch tensor along dim 0 into ``k``
+    micro-batches and accumulates their gradients in the one program, as
+    ``(loss_fn(...) / k).backward()`` per micro-batch then one optimizer
+    step; the loss returned is the micro-batches' mean.
+
+    Mixed precision: ``torch.autocast("cpu", dtype=torch.bfloat16)`` inside
+    ``loss_fn`` is traced as eager runs it; a call made under an autocast
+    context traces ``loss_fn`` under it (the backward and the update run
+    outside it, as in eager). Python control flow on tensor values raises
+    :class:`~hlobridge.errors.DataDependentError` with what to do instead.
 
     Data parallel (``docs/distributed.md``, :mod:`hlobridge._src.data_parallel`):
     with a model wrapped in ``DistributedDataParallel``, or with
@@ -369,4 +538,5 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
     :class:`~hlobridge.errors.CollectiveNotSupportedError`.
     """
     return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name,
-                     process_group=process_group)
+                     process_group=process_group, max_grad_norm=max_grad_norm,
+                     accumulate=accumulate)

@@ -1,0 +1,187 @@
+"""Mixed precision: ``torch.autocast(device_type="cpu", dtype=torch.bfloat16)``
+through ``torch.compile(backend="hlobridge")`` (forward and backward) and
+through :func:`hlobridge.compile_train_step` (three SGD steps), against
+eager torch under the same autocast, for one model per family: an MLP, a
+tiny transformer encoder, a tiny CNN with BatchNorm.
+
+Inputs and weights are fresh random each run (seed printed on failure; set
+HLOBRIDGE_TEST_SEED to replay).
+
+Tolerances (bf16 has 8 significant bits, unit roundoff 2^-8 = 3.9e-3; XLA:CPU
+rounds after every elementwise op where torch's bf16 kernels often round
+once, docs/testing.md): the loss within rtol=2e-2/atol=1e-2; gradients
+and parameters compared by their error relative to the tensor's size,
+``max|got - want| <= 5e-2 * max|want| + 1e-3`` (a few bf16 roundings of the
+largest element, summed along a reduction). The same tests also check that
+the bf16 computation really happened: hlobridge's result is closer to
+eager autocast than eager float32 is to eager autocast would allow it to
+be if the program had ignored autocast (checked on the loss: the float32
+loss differs from the autocast loss, and hlobridge's differs less than 3x
+that).
+
+Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_autocast.py -q
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hlobridge as hb
+
+SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+LOSS_TOL = dict(rtol=2e-2, atol=1e-2)
+REL, ABS = 5e-2, 1e-3
+
+
+@pytest.fixture(autouse=True)
+def seeded() -> None:
+    torch.manual_seed(SEED)
+
+
+def near(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    got, want = got.detach().double(), want.detach().double()
+    err = (got - want).abs().max().item()
+    bound = REL * want.abs().max().item() + ABS
+    assert err <= bound, f"seed={SEED} {what}: max error {err:.3g} > {bound:.3g}"
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 32)
+        self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(self.emb(ids)).mean(1))
+
+
+class TinyCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)  # BatchNorm follows
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+def _mlp_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(8, 16), torch.randint(0, 4, (8,))
+
+
+def _tf_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randint(0, 50, (4, 6)), torch.randint(0, 4, (4,))
+
+
+def _cnn_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,))
+
+
+FAMILIES: dict[str, tuple[type[torch.nn.Module], Callable[[], tuple[torch.Tensor, ...]]]] = {
+    "mlp": (MLP, _mlp_batch),
+    "transformer": (TinyTransformer, _tf_batch),
+    "cnn_batchnorm": (TinyCNN, _cnn_batch),
+}
+
+
+def loss_fn(model: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+            ) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x)
+    assert logits.dtype == torch.bfloat16
+    return F.cross_entropy(logits.float(), y)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_torch_compile_forward_and_backward_match_eager_autocast(family: str) -> None:
+    cls, batch = FAMILIES[family]
+    eager = cls()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, backend="hlobridge")
+    x, y = batch()
+    want = loss_fn(eager, x, y)
+    want.backward()
+    got = loss_fn(compiled, x, y)
+    got.backward()
+    torch.testing.assert_close(got, want, **LOSS_TOL, msg=lambda m: f"seed={SEED} loss: {m}")
+    with torch.no_grad():
+        f32 = F.cross_entropy(copy.deepcopy(eager).float()(x), y)
+    assert (got - want).abs() <= 3 * (f32 - want).abs() + 1e-3, (
+        f"seed={SEED}: the compiled loss is not the bf16 one ({got} vs {want}, f32 {f32})")
+    for (n, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+        assert q.grad is not None and q.grad.dtype == p.dtype, n
+        near(q.grad, p.grad, f"grad of {n}")  # type: ignore[arg-type]
+    for (n, b), c in zip(eager.named_buffers(), compiled_model.buffers()):
+        near(c, b, f"buffer {n}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("where", ["inside_loss_fn", "around_the_call"])
+def test_compile_train_step_matches_eager_autocast(family: str, where: str) -> None:
+    cls, batch = FAMILIES[family]
+    eager = cls()
+    model = copy.deepcopy(eager)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def plain(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+              ) -> torch.Tensor:
+        return F.cross_entropy(m(x).float(), y)
+
+    fn = loss_fn if where == "inside_loss_fn" else plain
+    step = hb.compile_train_step(model, fn, opt)
+    for i in range(3):
+        x, y = batch()
+        if where == "inside_loss_fn":
+            got = step(x, y)
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = step(x, y)
+        opt_e.zero_grad()
+        want = loss_fn(eager, x, y)
+        want.backward()
+        opt_e.step()
+        torch.testing.assert_close(got, want.detach(), **LOSS_TOL,
+                                   msg=lambda m: f"seed={SEED} step {i} loss: {m}")
+    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
+        assert q.dtype == torch.float32
+        near(q, p, f"parameter {n}")
+    for (n, b), c in zip(eager.named_buffers(), model.buffers()):
+        near(c, b, f"buffer {n}")
+    assert len(step.graphs) == 1
+
+
+def test_autocast_state_is_part_of_the_train_step_signature() -> None:
+    """The same step called with and without an autocast context traces two
+    programs (a float32 program is not reused for a bf16 call)."""
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def plain(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+              ) -> torch.Tensor:
+        return F.cross_entropy(m(x).float(), y)
+
+    step = hb.compile_train_step(model, plain, opt)
+    x, y = _mlp_batch()
+    step(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        step(x, y)
+    step(x, y)
+    assert len(step.graphs) == 2
