@@ -356,7 +356,9 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
 
 def _scalar_module(value: torch.Tensor) -> str:
     """A module whose ``main()`` returns the 0-d constant ``value``."""
-    arr = value.numpy()
+    # numpy has no bfloat16: through float32 (exact), then JAX's bfloat16.
+    arr = (value.numpy() if value.dtype is not torch.bfloat16
+           else jax.numpy.asarray(value.float().numpy(), dtype=jax.numpy.bfloat16))
     need_x64 = value.dtype in _X64
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
         return jax.jit(lambda: arr).lower().as_text()  # type: ignore[no-any-return]
