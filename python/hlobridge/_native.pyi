@@ -205,6 +205,35 @@ def fast_register(
     """Register a compiled signature of ``fn`` for the fast path
     (``out_tree`` is ``None`` when ``fn`` returns one array)."""
 
+class GraphCall:
+    """One compiled ``torch.compile`` graph program, ready to run in one
+    native call (``hlobridge.dynamo.CompiledGraph``'s hot path)."""
+
+    def __init__(
+        self,
+        picks: Sequence[int],
+        dtypes: Sequence[object],
+        codes: Sequence[int],
+        shapes: Sequence[Sequence[int]],
+        constants: Sequence[object],
+        outputs: Sequence[int | None],
+        exe: Executable,
+        segments: object,
+        platform: str,
+    ) -> None:
+        """``picks``: graph input position of each program input, with its
+        ``dtypes``, ``shapes`` (and ``codes``, constants' included);
+        ``constants``: dense tensors appended after them; ``outputs``: per
+        graph output, ``j >= 0`` (program result ``j``), ``-1 - i`` (graph
+        input ``i``) or ``None``."""
+    @property
+    def calls(self) -> int:
+        """Calls served."""
+    def __call__(self, *args: object) -> object:
+        """Run on the graph inputs (``(list,)``, or the inputs themselves) and
+        return the outputs as a list, or the ``miss`` sentinel given to
+        ``fast_init`` (no side effects) when an input does not fit."""
+
 def fast_forget(owner_id: int) -> int:
     """Drop the fast-path entries of the object with this ``id()``."""
 

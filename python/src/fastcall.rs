@@ -53,22 +53,29 @@ use std::time::Instant;
 
 /// The Python objects the fast path needs, handed over once by
 /// `hlobridge.jax_bridge` at import.
-struct Refs {
-    tensor_type: PyObject,
-    parameter_type: PyObject,
+pub(crate) struct Refs {
+    pub(crate) tensor_type: PyObject,
+    pub(crate) parameter_type: PyObject,
     method_type: PyObject,
     is_grad_enabled: PyObject,
-    from_dlpack: PyObject,
+    pub(crate) from_dlpack: PyObject,
     x64_state: PyObject,
-    miss: PyObject,
+    pub(crate) miss: PyObject,
 }
 
 static REFS: GILOnceCell<Refs> = GILOnceCell::new();
 
+/// The objects handed over by [`fast_init`] (also used by
+/// [`crate::graphcall`]).
+pub(crate) fn refs(py: Python<'_>) -> PyResult<&Refs> {
+    REFS.get(py)
+        .ok_or_else(|| crate::errors::ArgumentError::new_err("fast path used before fast_init"))
+}
+
 /// The torch state the fast path checks on every call (found on first use;
 /// `None` if this torch lacks one of them: then the fast path declines
 /// every call).
-struct Guards {
+pub(crate) struct Guards {
     /// `torch._C._len_torch_dispatch_stack` (user and infra modes: proxy,
     /// fake, functional).
     dispatch_stack_len: PyObject,
@@ -81,7 +88,7 @@ struct Guards {
 
 static GUARDS: GILOnceCell<Option<Guards>> = GILOnceCell::new();
 
-fn guards(py: Python<'_>) -> Option<&Guards> {
+pub(crate) fn guards(py: Python<'_>) -> Option<&Guards> {
     GUARDS
         .get_or_init(py, || {
             let found = (|| -> PyResult<Guards> {
@@ -108,7 +115,7 @@ fn guards(py: Python<'_>) -> Option<&Guards> {
 
 /// Whether a torch dispatch mode, function mode or functorch transform is
 /// active on this thread.
-fn torch_mode_active(py: Python<'_>, g: &Guards) -> PyResult<bool> {
+pub(crate) fn torch_mode_active(py: Python<'_>, g: &Guards) -> PyResult<bool> {
     Ok(
         g.dispatch_stack_len.bind(py).call0()?.extract::<usize>()? > 0
             || g.function_mode_enabled.bind(py).call0()?.is_truthy()?

@@ -21,6 +21,7 @@ mod errors;
 mod executable;
 mod execute;
 mod fastcall;
+mod graphcall;
 mod logging;
 mod receipt;
 mod runtime;
@@ -72,6 +73,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_module, m)?)?;
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<executable::Executable>()?;
+    m.add_class::<graphcall::GraphCall>()?;
     m.add_function(wrap_pyfunction!(runtime::runtime, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::_after_fork_in_child, m)?)?;
     runtime::install_fork_handlers(m)?;

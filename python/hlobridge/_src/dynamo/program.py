@@ -38,7 +38,7 @@ from hlobridge._src.dynamo.engine import TensorSpec, get_engine
 from hlobridge._src.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
 from hlobridge._src.dynamo.random_inputs import RandomInput, lift_random_inputs
 from hlobridge._src.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _PLAIN, X64 as _X64
-from hlobridge._src.entry_cache import MISS as _MISS, fast_call as _fast_call
+from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
 __all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
@@ -82,7 +82,16 @@ class Program:
     outcome: str
     segment_texts: list[str] = field(default_factory=list)
     """Each segment's module text, before stitching."""
-    calls: int = 0
+    slow_calls: int = 0
+    """Calls served by the general path."""
+    fast: _native.GraphCall | None = None
+    """The native hot path of this program (``None`` when its inputs are
+    not all plain-dtype tensors): see :meth:`CompiledGraph.__call__`."""
+
+    @property
+    def calls(self) -> int:
+        """How many calls ran this program."""
+        return self.slow_calls + (self.fast.calls if self.fast is not None else 0)
 
 
 _registry_lock = threading.Lock()
@@ -129,11 +138,28 @@ class CompiledGraph:
         self.platform = _native.runtime().platform
         self._last: Program | None = None
         """The program of the last call: tried first, natively."""
+        self._fast: _native.GraphCall | None = None
+        """``self._last.fast`` when the graph draws no random inputs: what
+        :meth:`__call__` runs first."""
         with _registry_lock:
             _graphs.append(self)
 
     # -- running --------------------------------------------------------------
     def __call__(self, *args: Any) -> list[torch.Tensor | None]:
+        # The hot path: the last call's program, in ONE native call
+        # (``_native.GraphCall``: input checks, zero-copy views, execution,
+        # output import, receipt), with everything that does not depend on
+        # the inputs fixed when the program was built.
+        fast = self._fast
+        if fast is not None:
+            outs = fast(*args)
+            if outs is not _MISS:
+                return outs  # type: ignore[no-any-return]
+        return self._call(args)
+
+    def _call(self, args: tuple[Any, ...]) -> list[torch.Tensor | None]:
+        """Every call the hot path does not serve: random inputs drawn, a new
+        signature built, non-contiguous inputs copied."""
         t0 = _perf()
         if len(args) == 1 and type(args[0]) is list:
             args = tuple(args[0])
@@ -151,6 +177,7 @@ class CompiledGraph:
             self.programs[key] = prog
             self._register_fast(prog)
         self._last = prog
+        self._fast = None if self.random_inputs else prog.fast
         accounting = cache_accounting(built)
         ins: list[torch.Tensor] = []
         copies = 0
@@ -164,7 +191,7 @@ class CompiledGraph:
         results = run_and_record(prog.exe, ins, shapes=prog.shapes, codes=prog.codes,
                                  platform=self.platform, segments=prog.segments,
                                  accounting=accounting, t0=t0, wrap=from_dlpack, copied=copies)
-        prog.calls += 1
+        prog.slow_calls += 1
         outs: list[torch.Tensor | None] = []
         for o in prog.outputs:
             if o is None:
@@ -186,26 +213,23 @@ class CompiledGraph:
 
     def _run_fast(self, args: tuple[Any, ...] | list[Any]) -> Any:
         last = self._last
-        if last is None:
+        if last is None or last.fast is None:
             return _MISS
-        ins = [args[i] for i in last.inputs]
-        ins += last.constants
-        res = _fast_call(last, tuple(ins))
-        if res is _MISS:
-            return _MISS
-        last.calls += 1
-        return [None if o is None else res[o[1]] if o[0] == "prog" else args[o[1]]
-                for o in last.outputs]
+        return last.fast(*args)
 
     def _register_fast(self, prog: Program) -> None:
-        """Hand ``prog``'s signature to the native fast path (all program
-        inputs dense CPU tensors of supported, non-complex dtypes)."""
+        """Give ``prog`` its native hot path (when all program inputs are
+        tensors of supported, non-complex dtypes): a ``_native.GraphCall``
+        holding what each call needs, computed once here."""
         dtypes = [_dtype_of_code(c) for c in prog.codes]
         if any(d is None or d not in _PLAIN for d in dtypes):
             return
-        x64 = bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
-        _native.fast_register(prog, x64, dtypes, prog.codes, [list(s) for s in prog.shapes],
-                              prog.exe, _LIST_TREE, list(prog.segments), self.platform)
+        n = len(prog.inputs)
+        outputs = [None if o is None else o[1] if o[0] == "prog" else -1 - o[1]
+                   for o in prog.outputs]
+        prog.fast = _native.GraphCall(list(prog.inputs), dtypes[:n], prog.codes,
+                                      [list(s) for s in prog.shapes[:n]], prog.constants,
+                                      outputs, prog.exe, list(prog.segments), self.platform)
 
     # -- building -------------------------------------------------------------
     def _build(self, args: list[Any]) -> Program:
@@ -325,17 +349,6 @@ class CompiledGraph:
             dt = _torch_dtype(info.dtype)
             types[h] = (tuple(info.shape), dt)
         return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
-
-
-class _ListTree:
-    """Output "tree" of the fast path for graph programs: the flat list."""
-
-    @staticmethod
-    def unflatten(leaves: list[torch.Tensor]) -> list[torch.Tensor]:
-        return leaves
-
-
-_LIST_TREE = _ListTree()
 
 
 def _dtype_of_code(code: int) -> torch.dtype | None:
