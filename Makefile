@@ -79,6 +79,7 @@ soak: setup
 bench: setup
 	.venv/bin/python benches/e2e/run.py --docs docs/bench
 	.venv/bin/python benches/serve_load.py --json bench-results/serve_load.json
+	.venv/bin/python benches/first_call.py --json bench-results/first_call.json
 
 bench-quick: setup
 	.venv/bin/python benches/e2e/run.py --quick --out bench-results/quick

@@ -196,8 +196,8 @@ def explain_trace_error(fn: Any, e: BaseException) -> BaseException:
     """The exception to raise for ``e``, raised while JAX traced ``fn``:
     :class:`CapturedTensorError` when ``fn`` closes over a torch tensor (JAX
     then fails on a tracer and a Tensor); otherwise ``e`` itself, with the
-    notes hlobridge added (which input shapes JAX traced) moved into its
-    message so that ``str(e)`` shows them."""
+    notes hlobridge added (which input shapes JAX traced) also written into
+    its message, so that ``str(e)`` shows them (``__notes__`` keeps them)."""
     if isinstance(e, BridgeError):
         return e
     where = _captured_tensor(fn)
@@ -210,7 +210,6 @@ def explain_trace_error(fn: Any, e: BaseException) -> BaseException:
     notes = [n for n in getattr(e, "__notes__", []) if n.startswith("hlobridge")]
     if notes and e.args and isinstance(e.args[0], str):
         e.args = ("\n".join([e.args[0], *notes]), *e.args[1:])
-        e.__notes__ = [n for n in e.__notes__ if n not in notes]  # type: ignore[attr-defined]
     return e
 
 

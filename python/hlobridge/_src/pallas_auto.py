@@ -128,7 +128,7 @@ def kernel_lowering_error(kernels: str, platform: str, e: BaseException,
     refused (a raw ``NotImplementedError`` from Mosaic GPU, ...), with the fix."""
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     reason = f"JAX's Pallas lowering raised {type(e).__name__}: {first}"
-    if any("/mosaic_gpu/" in f for f in files):
+    if any("/mosaic_gpu/" in f for f in files) or "Mosaic GPU" in str(e):
         reason += ("; JAX lowered it with Mosaic GPU (its choice for a pallas_call without GPU "
                    "compiler_params), which does not support this kernel. Fix: lower it with Triton "
                    "(what hb.trace_pallas does by default): pass compiler_params="
