@@ -62,10 +62,17 @@ for b in blocks:
 
 
 def _env() -> dict[str, str]:
-    venv_bin = ds.ROOT / ".venv" / "bin"
+    """The snippets' environment: the CPU plugin, and ``hlobridge`` (the
+    binary the harness tests: ``$HLOBRIDGE_BIN``, ``.venv/bin``, else
+    ``target/release``) and the venv's Python first on ``PATH``."""
+    import harness
+
+    dirs = [str(Path(sys.executable).parent)]
+    b = harness.find_binary()
+    if b is not None and b.name == "hlobridge":
+        dirs.insert(0, str(b.parent))
     return dict(os.environ, PJRT_DEVICE="CPU", PYTHONWARNINGS="ignore",
-                PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-                PYTHONPATH=os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", "")] if p))
+                PATH=os.pathsep.join([*dirs, os.environ.get("PATH", "")]))
 
 
 def _collect() -> tuple[list[object], list[object]]:
