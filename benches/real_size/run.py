@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of an earlier real.json in --out for the (model, path) "
                     "groups this run does not time (a full run split over several calls)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the timed rows of an earlier real.json in --out and time only "
+                    "the groups it lacks (skipped, failed or missing): a run cut by the budget "
+                    "is finished by running again with --resume")
     ap.add_argument("--docs", default=None, help="also copy the JSON, table and plot here "
                     "(make bench-real: docs/bench/real)")
     args = ap.parse_args(argv)
@@ -309,17 +313,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    if args.merge and (out / "real.json").exists():
+    done: set[tuple[str, str]] = set()
+    if (args.merge or args.resume) and (out / "real.json").exists():
         todo = {(m, p) for m in args.models for p in args.paths}
-        rows = [r for r in json.loads((out / "real.json").read_text())["rows"]
-                if (r["model"], r["path"]) not in todo]
-    for name in args.models:
-        for path in args.paths:
-            if path not in models.get(name).paths:
+        for r in json.loads((out / "real.json").read_text())["rows"]:
+            key = (r["model"], r["path"])
+            if args.resume and r.get("ratios") and "error" not in r:
+                done.add(key)
+                rows.append(r)
+            elif args.merge and key not in todo:
+                rows.append(r)
+    # Path-major: every inference group first, then the training steps (whose
+    # inductor compiles take minutes), so a budget cut drops training rows.
+    for path in args.paths:
+        for name in args.models:
+            if path not in models.get(name).paths or (name, path) in done:
                 continue
             if time.perf_counter() - t0 > args.budget_min * 60:
                 rows.append({"model": name, "path": path, "config": models.get(name).config,
-                             "skipped": f"time budget of {args.budget_min:g} min spent"})
+                             "skipped": f"time budget of {args.budget_min:g} min spent; "
+                             "finish with --resume"})
                 print(f"  {name} {path}: skipped (budget)", flush=True)
                 continue
             rows.append(run_group(name, path, args, env, logs))
