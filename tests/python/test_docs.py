@@ -96,14 +96,9 @@ def _collect() -> tuple[list[object], list[object]]:
 _PY, _SH = _collect()
 
 
-def _check_output(b: ds.Block, got: str) -> None:
-    if b.expected_output is not None:
-        miss = ds.output_matches(b.expected_output, got)
-        assert miss is None, f"{b.where}: the doc quotes the output line {miss!r}; the block printed:\n{got}"
-
-
-@pytest.mark.parametrize("blocks", _PY)
-def test_python_snippets_of_a_doc_run(blocks: list[ds.Block], tmp_path: Path) -> None:
+def _run_python(blocks: list[ds.Block], tmp_path: Path) -> str | None:
+    """Runs a file's Python blocks (see the module docs); ``None`` when
+    they ran and printed what the docs quote, else why not."""
     spec = [{"where": b.where, "setup": b.setup, "source": ds.python_source(b)} for b in blocks]
     (tmp_path / "_blocks.json").write_text(json.dumps(spec))
     (tmp_path / "_runner.py").write_text(_RUNNER)
@@ -112,16 +107,28 @@ def test_python_snippets_of_a_doc_run(blocks: list[ds.Block], tmp_path: Path) ->
         r = subprocess.run([sys.executable, "_runner.py", "_blocks.json", str(outputs)], cwd=tmp_path,
                            env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{blocks[0].path.name}: the snippets did not finish in {TIMEOUT_S} s: {e.stdout!r}")
+        return f"{blocks[0].path.name}: the snippets did not finish in {TIMEOUT_S} s: {e.stdout!r}"
     failed = [ln.split(" ", 1)[1] for ln in r.stdout.splitlines() if ln.startswith("@@doc-failed ")]
-    assert r.returncode == 0, (f"snippet {failed[0] if failed else '?'} failed:\n"
-                               f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
+    if r.returncode != 0:
+        return (f"snippet {failed[0] if failed else '?'} failed:\n"
+                f"{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
     printed = {}
     for ln in outputs.read_text().splitlines():
         rec = json.loads(ln)
         printed[rec["where"]] = rec["stdout"]
     for b in blocks:
-        _check_output(b, printed[b.where])
+        if b.expected_output is not None:
+            miss = ds.output_matches(b.expected_output, printed[b.where])
+            if miss is not None:
+                return (f"{b.where}: the doc quotes the output line {miss!r}; the block printed:\n"
+                        f"{printed[b.where]}")
+    return None
+
+
+@pytest.mark.parametrize("blocks", _PY)
+def test_python_snippets_of_a_doc_run(blocks: list[ds.Block], tmp_path: Path) -> None:
+    why = _run_python(blocks, tmp_path)
+    assert why is None, why
 
 
 def _shell_script(b: ds.Block) -> str:
@@ -140,7 +147,9 @@ def test_shell_snippet_runs(block: ds.Block, tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         pytest.fail(f"{block.where}: did not finish in {TIMEOUT_S} s")
     assert r.returncode == 0, f"{block.where} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-    _check_output(block, r.stdout)
+    if block.expected_output is not None:
+        miss = ds.output_matches(block.expected_output, r.stdout)
+        assert miss is None, f"{block.where}: the doc quotes the output line {miss!r}; it printed:\n{r.stdout}"
 
 
 def test_markers_are_well_formed_and_skips_are_rare() -> None:
@@ -190,3 +199,21 @@ def test_extractor_rules(tmp_path: Path) -> None:
     assert ds.matches("{'output': tensor(...)}", "{'output': tensor([[1., 2.]])}")
     assert ds.output_matches("hi ...", "x\nhi 2\n") is None
     assert ds.output_matches("bye", "hi 2\n") == "bye"
+
+
+def test_wrong_quoted_results_fail(tmp_path: Path) -> None:
+    """A ``# -> value`` or an output block that disagrees with what runs
+    fails the doc's test; agreeing ones pass."""
+    good = "```python\nx = 1 + 1\nx  # -> 2\nprint('x is', x)\n```\n<!-- doc-test: output -->\n```text\nx is ...\n```\n"
+    bad_value = good.replace("# -> 2", "# -> 3")
+    bad_output = good.replace("x is ...", "x was ...")
+    results = []
+    for k, md in enumerate([good, bad_value, bad_output]):
+        d = tmp_path / str(k)
+        d.mkdir()
+        (d / "doc.md").write_text(md)
+        blocks = [b for b in ds.parse(d / "doc.md") if b.kind == "python"]
+        results.append(_run_python(blocks, d))
+    assert results[0] is None, results[0]
+    assert results[1] is not None and "the doc says -> 3, but it is 2" in results[1], results[1]
+    assert results[2] is not None and "x was ..." in results[2], results[2]
