@@ -12,7 +12,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-/// `(label, batch, m, k, n, lhs transposed, rhs transposed)`.
+/// `(label, batch, m, k, n, lhs transposed, rhs transposed)`; labels
+/// read `[batch x] m x k x n`.
 type Case = (&'static str, usize, usize, usize, usize, bool, bool);
 
 const CASES: &[Case] = &[
@@ -27,10 +28,10 @@ const CASES: &[Case] = &[
     ("1024x768x768 nt", 1, 1024, 768, 768, false, true),
     ("1024x768x768 tn", 1, 1024, 768, 768, true, false),
     ("1024x768x768 tt", 1, 1024, 768, 768, true, true),
-    ("1024x3072x768 nt", 1, 1024, 768, 3072, false, true),
-    ("1024x3072x768 nn", 1, 1024, 768, 3072, false, false),
-    ("1024x768x3072 nt", 1, 1024, 3072, 768, false, true),
-    ("1024x768x3072 tn", 1, 1024, 3072, 768, true, false),
+    ("1024x768x3072 nt", 1, 1024, 768, 3072, false, true),
+    ("1024x768x3072 nn", 1, 1024, 768, 3072, false, false),
+    ("1024x3072x768 nt", 1, 1024, 3072, 768, false, true),
+    ("1024x3072x768 tn", 1, 1024, 3072, 768, true, false),
     ("96x128x64x128 nt (q.k^T)", 96, 128, 64, 128, false, true),
     ("96x128x128x64 nn (p.v)", 96, 128, 128, 64, false, false),
 ];

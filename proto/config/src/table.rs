@@ -156,7 +156,7 @@ variables! {
             "`0` (or `false`, `off`, `no`) registers no host kernels with the plugin, so no product or convolution is rewritten to them.";
         HostGemm = "HLOBRIDGE_HOST_GEMM",
             default "on",
-            read_by [Rust, Tests],
+            read_by [Rust, Tests, Scripts],
             "`off` (or `0`, `false`, `no`) keeps every dot product with XLA; `all` sends every eligible product to the host GEMM kernels whatever its size (for testing the kernels on whole suites). Part of the compile-cache key.";
         HostConv = "HLOBRIDGE_HOST_CONV",
             default "on",
