@@ -24,7 +24,7 @@ help:
 	@echo "make bench                # end-to-end suite (incl. model zoo) -> bench-results/e2e.json, docs/bench/*.png; serve load test"
 	@echo "make bench-quick          # a short end-to-end bench -> bench-results/quick"
 	@echo "make bench-criterion      # the cargo criterion benches (parse/print, stitch, execute)"
-	@echo "make bench-real           # real-size models vs eager and inductor (~25 min, quiet machine) -> docs/bench/real/"
+	@echo "make bench-real           # real-size models vs eager and inductor, thread settings (~30 min, quiet machine) -> docs/bench/real/"
 	@echo "make fmt                  # cargo fmt --all"
 
 setup:
@@ -86,6 +86,7 @@ bench-quick: setup
 
 bench-real: setup
 	.venv/bin/python benches/real_size/run.py --docs docs/bench/real $(BENCH_REAL_ARGS)
+	.venv/bin/python benches/real_size/threads.py --out docs/bench/real
 
 bench-criterion: setup
 	.venv/bin/python tests/tools/gen_big_module.py

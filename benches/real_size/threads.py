@@ -130,6 +130,10 @@ def main() -> int:
              f"hlobridge), ms per iteration, median over {args.procs} processes per setting "
              f"(each the median of {args.rounds} interleaved rounds of {args.iters}); "
              f"{os.cpu_count()} cores; load average {load0:.2f} -> {os.getloadavg()[0]:.2f}.", "",
+             *([f"**Shared machine**: load average above {0.75 * (os.cpu_count() or 1):.1f}; "
+                "spinning OpenMP threads are hit hardest by other processes, so these numbers "
+                "overstate the differences. Rerun on a quiet machine.", ""]
+               if max(load0, os.getloadavg()[0]) > 0.75 * (os.cpu_count() or 1) else []),
              "| setting | torch threads | eager alone | hlobridge alone | mixed | "
              "mixed / (eager + hlobridge) | mixed / default's mixed |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
