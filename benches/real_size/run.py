@@ -255,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="mark a group busy when other processes used more than this many "
                     "cores during its timed rounds (default 0.25)")
     ap.add_argument("--force", action="store_true", help="run even above --max-load")
+    ap.add_argument("--wait-quiet", type=float, default=180.0,
+                    help="seconds to wait for the load average to fall under --max-load "
+                    "before refusing (default 180: the 1-minute average decays slowly after "
+                    "a build, e.g. make setup's)")
     ap.add_argument("--budget-min", type=float, default=25.0,
                     help="skip the groups not started after this many minutes (default 25)")
     ap.add_argument("--compile-timeout", type=float, default=900.0)
@@ -300,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
+    waited = time.perf_counter()
+    while load > args.max_load and not args.force and \
+            time.perf_counter() - waited < args.wait_quiet:
+        time.sleep(10)
+        load = os.getloadavg()[0]
     print(f"bench-real: load average {load:.2f} (limit --max-load {args.max_load:.2f}), "
           f"other-process limit --max-other {args.max_other:.2f} cores; optimizer "
           f"{args.optimizer}; torch threads {args.threads}; env "
