@@ -9,15 +9,18 @@ HLOBRIDGE_TEST_SEED to replay).
 
 Tolerances (bf16 has 8 significant bits, unit roundoff 2^-8 = 3.9e-3; XLA:CPU
 rounds after every elementwise op where torch's bf16 kernels often round
-once, docs/testing.md): the loss within rtol=2e-2/atol=1e-2; gradients
-and parameters compared by their error relative to the tensor's size,
-``max|got - want| <= 5e-2 * max|want| + 1e-3`` (a few bf16 roundings of the
-largest element, summed along a reduction). The same tests also check that
-the bf16 computation really happened: hlobridge's result is closer to
-eager autocast than eager float32 is to eager autocast would allow it to
-be if the program had ignored autocast (checked on the loss: the float32
-loss differs from the autocast loss, and hlobridge's differs less than 3x
-that).
+once, docs/testing.md): the loss within rtol=2e-2/atol=1e-2; gradients,
+parameters and buffers by their largest error, ``max|got - want| <=
+max(5e-2 * max|want| + 1e-3, 6 * max|f32 - want|)`` where ``f32`` is eager
+torch's result without autocast: a few bf16 roundings of the largest
+element, or, where bf16 itself moves the result further (attention,
+LayerNorm), six times eager bf16's own distance from float32. Two bf16
+computations of the same float32 value, and hlobridge's rounds more often:
+its distance from float32 measured 1.3-3.5x eager bf16's (tiny
+transformer gradients, 6 seeds), so their distance from each other is at
+most ~4.5x eager's; 6x leaves margin. The compiled
+loss must also be closer to eager autocast's than 3x float32's distance
+from it: the program really computed in bf16.
 
 Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_autocast.py -q
 """
@@ -44,10 +47,12 @@ def seeded() -> None:
     torch.manual_seed(SEED)
 
 
-def near(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    got, want = got.detach().double(), want.detach().double()
+def near(got: torch.Tensor, want: torch.Tensor, f32: torch.Tensor, what: str) -> None:
+    """``got`` (hlobridge, bf16) against ``want`` (eager bf16), allowing
+    6x eager bf16's distance from ``f32`` (eager float32)."""
+    got, want, f32 = got.detach().double(), want.detach().double(), f32.detach().double()
     err = (got - want).abs().max().item()
-    bound = REL * want.abs().max().item() + ABS
+    bound = max(REL * want.abs().max().item() + ABS, 6 * (f32 - want).abs().max().item())
     assert err <= bound, f"seed={SEED} {what}: max error {err:.3g} > {bound:.3g}"
 
 
@@ -101,11 +106,11 @@ FAMILIES: dict[str, tuple[type[torch.nn.Module], Callable[[], tuple[torch.Tensor
 }
 
 
-def loss_fn(model: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
-            ) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+def loss_fn(model: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+            bf16: bool = True) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         logits = model(x)
-    assert logits.dtype == torch.bfloat16
+    assert logits.dtype == (torch.bfloat16 if bf16 else torch.float32)
     return F.cross_entropy(logits.float(), y)
 
 
@@ -114,22 +119,24 @@ def test_torch_compile_forward_and_backward_match_eager_autocast(family: str) ->
     cls, batch = FAMILIES[family]
     eager = cls()
     compiled_model = copy.deepcopy(eager)
+    ref32 = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, backend="hlobridge")
     x, y = batch()
     want = loss_fn(eager, x, y)
     want.backward()
     got = loss_fn(compiled, x, y)
     got.backward()
+    f32 = loss_fn(ref32, x, y, bf16=False)
+    f32.backward()
     torch.testing.assert_close(got, want, **LOSS_TOL, msg=lambda m: f"seed={SEED} loss: {m}")
-    with torch.no_grad():
-        f32 = F.cross_entropy(copy.deepcopy(eager).float()(x), y)
     assert (got - want).abs() <= 3 * (f32 - want).abs() + 1e-3, (
         f"seed={SEED}: the compiled loss is not the bf16 one ({got} vs {want}, f32 {f32})")
-    for (n, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+    for (n, p), q, r in zip(eager.named_parameters(), compiled_model.parameters(),
+                            ref32.parameters()):
         assert q.grad is not None and q.grad.dtype == p.dtype, n
-        near(q.grad, p.grad, f"grad of {n}")  # type: ignore[arg-type]
-    for (n, b), c in zip(eager.named_buffers(), compiled_model.buffers()):
-        near(c, b, f"buffer {n}")
+        near(q.grad, p.grad, r.grad, f"grad of {n}")  # type: ignore[arg-type]
+    for (n, b), c, r in zip(eager.named_buffers(), compiled_model.buffers(), ref32.buffers()):
+        near(c, b, r, f"buffer {n}")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -138,8 +145,10 @@ def test_compile_train_step_matches_eager_autocast(family: str, where: str) -> N
     cls, batch = FAMILIES[family]
     eager = cls()
     model = copy.deepcopy(eager)
+    ref32 = copy.deepcopy(eager)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt32 = torch.optim.SGD(ref32.parameters(), lr=0.05, momentum=0.9)
 
     def plain(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
               ) -> torch.Tensor:
@@ -154,17 +163,19 @@ def test_compile_train_step_matches_eager_autocast(family: str, where: str) -> N
         else:
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 got = step(x, y)
-        opt_e.zero_grad()
-        want = loss_fn(eager, x, y)
-        want.backward()
-        opt_e.step()
-        torch.testing.assert_close(got, want.detach(), **LOSS_TOL,
-                                   msg=lambda m: f"seed={SEED} step {i} loss: {m}")
-    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
+        for m, o, bf16 in ((eager, opt_e, True), (ref32, opt32, False)):
+            o.zero_grad()
+            want = loss_fn(m, x, y, bf16)
+            want.backward()
+            o.step()
+            if bf16:
+                torch.testing.assert_close(got, want.detach(), **LOSS_TOL,
+                                           msg=lambda m: f"seed={SEED} step {i} loss: {m}")
+    for (n, p), q, r in zip(eager.named_parameters(), model.parameters(), ref32.parameters()):
         assert q.dtype == torch.float32
-        near(q, p, f"parameter {n}")
-    for (n, b), c in zip(eager.named_buffers(), model.buffers()):
-        near(c, b, f"buffer {n}")
+        near(q, p, r, f"parameter {n}")
+    for (n, b), c, r in zip(eager.named_buffers(), model.buffers(), ref32.buffers()):
+        near(c, b, r, f"buffer {n}")
     assert len(step.graphs) == 1
 
 
@@ -185,3 +196,28 @@ def test_autocast_state_is_part_of_the_train_step_signature() -> None:
         step(x, y)
     step(x, y)
     assert len(step.graphs) == 2
+
+
+def attention_like(x: torch.Tensor, w: torch.Tensor, bf16: bool = True) -> torch.Tensor:
+    """Scaled scores, softmax, tanh-GELU with Python-scalar constants: under
+    autocast their backward holds bf16 0-d constants (once failed: numpy
+    has no bfloat16)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        h = x @ w
+        s = (h @ h.transpose(-1, -2)) / 8.0**0.5
+        o = torch.softmax(s, -1) @ h
+        o = F.gelu(o, approximate="tanh") * 0.5 + 1.0
+        o = F.layer_norm(o, (8,))
+    return o.float().pow(2).mean()
+
+
+def test_bf16_scalar_constants_in_the_backward() -> None:
+    x, w0 = torch.randn(2, 4, 8), torch.randn(8, 8)
+    w, we, w32 = (w0.clone().requires_grad_() for _ in range(3))
+    got = torch.compile(attention_like, backend="hlobridge")(x, w)
+    got.backward()
+    want = attention_like(x, we)
+    want.backward()
+    attention_like(x, w32, bf16=False).backward()
+    torch.testing.assert_close(got, want, **LOSS_TOL, msg=lambda m: f"seed={SEED} loss: {m}")
+    near(w.grad, we.grad, w32.grad, "grad of w")  # type: ignore[arg-type]
