@@ -83,6 +83,7 @@ OUTSIDE: dict[str, Callable[..., Any]] = {
     "closure": make_scale(2.5),
     "bound_method": Shift(0.75).apply,
     "jax_jit": jitted_gelu,
+    "jax_jit_of_lambda": jax.jit(lambda x: jnp.cos(x) * x),
     "jnp_function": jnp.tanh,
     "partial_of_jnp": functools.partial(jnp.multiply, 7.0),
     "partial_with_keyword": functools.partial(axpy, 3.0, y=1.0),
