@@ -15,8 +15,9 @@ step's one program:
   created as torch's first ``step`` creates it;
 - **scalar hyperparameters are program inputs**: ``lr``, ``betas``,
   ``eps``, ``weight_decay``, ``momentum``, ``dampening``, ``alpha`` are read
-  from ``optimizer.param_groups`` on every call (0-d float32 tensors), so
-  an ``lr_scheduler`` (or any edit of a group) never recompiles. Scalars
+  from ``optimizer.param_groups`` on every call, so
+  an ``lr_scheduler`` (or any edit of a group) never recompiles (one
+  float32 vector holds them all: one input). Scalars
   torch computes in double on the host (``1 - beta``, ``log(beta)`` for
   the bias corrections, ``1 - lr * weight_decay``) are computed in double
   here too and passed in;
@@ -150,8 +151,9 @@ class TorchOptimizer:
         return out, vec
 
     def hyper(self) -> list[torch.Tensor]:
-        """Per group, the scalar hyperparameters as 0-d float32 tensors (the
-        same tensors while the values do not change)."""
+        """Every group's scalar hyperparameters, as ONE float32 vector input
+        (one transfer, not one per scalar; the same tensor while the values
+        do not change)."""
         groups = self.opt.param_groups
         vals: list[tuple[float, ...]] = []
         for g in groups:
@@ -172,9 +174,7 @@ class TorchOptimizer:
         cached = self._hyper_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        flat = torch.tensor([v for vs in vals for v in vs], dtype=torch.float32)
-        tensors = list(flat.unbind())
-        tensors = [t.clone() for t in tensors]
+        tensors = [torch.tensor([v for vs in vals for v in vs], dtype=torch.float32)]
         self._hyper_cache = (key, tensors)
         return tensors
 
@@ -199,7 +199,9 @@ class TorchOptimizer:
         """The update in torch ops (traced into the step's program)."""
         names = _HYPER[self.kind]
         n = len(names)
-        groups = [dict(zip(names, hyper[i * n:(i + 1) * n])) for i in range(len(self.flags))]
+        vec = hyper[0]
+        groups = [{k: vec[i * n + j] for j, k in enumerate(names)}
+                  for i in range(len(self.flags))]
         new_params = dict(params)
         new_state: list[dict[str, torch.Tensor]] = []
         mi = 0  # index into fresh
