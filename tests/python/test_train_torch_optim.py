@@ -159,6 +159,8 @@ def test_cosine_schedule_with_warmup_compiles_once() -> None:
         want.backward()
         opts[0].step()
         lrs.append(opts[1].param_groups[0]["lr"])
+        if i == 0:
+            compiles = hb.stats()["compiles"]  # the native runtime's PJRT compiles
         for s in scheds:
             s.step()
         close(got, want, LOSS_TOL, f"step {i} loss")
@@ -167,6 +169,7 @@ def test_cosine_schedule_with_warmup_compiles_once() -> None:
     check_state(opts[1], opts[0], ADAM_TOL)
     assert len(set(lrs)) == 10
     assert len(step.graphs) == 1
+    assert hb.stats()["compiles"] == compiles, "a later step compiled again"
 
 
 def test_lambda_lr_and_reduce_on_plateau_compile_once() -> None:
