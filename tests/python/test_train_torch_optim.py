@@ -246,6 +246,29 @@ def test_unused_parameter_keeps_no_state_as_in_torch() -> None:
     check_state(opt, opt_e, ADAM_TOL)
 
 
+def test_frozen_parameters_in_the_optimizer_are_skipped_as_in_torch() -> None:
+    """AdamW(model.parameters()) with a frozen layer: torch skips it (no
+    gradient), and so does the compiled step."""
+    eager = MLP()
+    eager.fc1.requires_grad_(False)
+    model = copy.deepcopy(eager)
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = hb.compile_train_step(model, loss_fn, opt)
+    for i in range(3):
+        x, y = batch()
+        got = step(x, y)
+        opt_e.zero_grad()
+        want = loss_fn(eager, x, y)
+        want.backward()
+        opt_e.step()
+        close(got, want, LOSS_TOL, f"step {i} loss")
+    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
+        close(q, p, ADAM_TOL, n)
+    assert model.fc1.weight not in opt.state
+    check_state(opt, opt_e, ADAM_TOL)
+
+
 @pytest.mark.parametrize("max_norm", [0.05, 100.0], ids=["clips", "no_clip"])
 def test_max_grad_norm_matches_clip_grad_norm(max_norm: float) -> None:
     eager = MLP()

@@ -34,6 +34,7 @@ torch skips them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -78,10 +79,14 @@ class TorchOptimizer:
     """A supported ``torch.optim`` optimizer seen as program inputs and a
     traceable update (see the module docstring)."""
 
-    def __init__(self, opt: torch.optim.Optimizer, params: dict[str, torch.Tensor]) -> None:
+    def __init__(self, opt: torch.optim.Optimizer, params: dict[str, torch.Tensor],
+                 frozen: Sequence[torch.Tensor] = ()) -> None:
         self.kind = _kind(opt)
         self.opt = opt
         self._by_id = {id(p): k for k, p in params.items()}
+        # Frozen parameters (requires_grad=False) never get a gradient:
+        # torch's step skips them, so does this one.
+        self._frozen = {id(p) for p in frozen}
         self._hyper_cache: tuple[Any, list[torch.Tensor]] | None = None
         self.layout()
 
@@ -92,11 +97,14 @@ class TorchOptimizer:
         entries: list[tuple[int, str, torch.Tensor]] = []
         flags: list[tuple[Any, ...]] = []
         for gi, g in enumerate(self.opt.param_groups):
+            n_managed = len(entries)
             if g.get("differentiable"):
                 raise UnsupportedOptimizerError(
                     "compile_train_step: differentiable=True torch optimizers are not captured")
             for p in g["params"]:
                 name = self._by_id.get(id(p))
+                if name is None and id(p) in self._frozen:
+                    continue
                 if name is None:
                     raise ArgumentError(
                         "compile_train_step: the optimizer holds a tensor that is not a "
@@ -106,7 +114,7 @@ class TorchOptimizer:
                         "compile_train_step: complex or sparse parameters are not supported "
                         "with a torch optimizer")
                 entries.append((gi, name, p))
-            flags.append((len(g["params"]), bool(g.get("maximize", False)),
+            flags.append((len(entries) - n_managed, bool(g.get("maximize", False)),
                           bool(g.get("nesterov", False)), bool(g.get("amsgrad", False)),
                           bool(g.get("centered", False)),
                           bool(g.get("decoupled_weight_decay", False)),

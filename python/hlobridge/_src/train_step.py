@@ -142,7 +142,9 @@ class TrainStep:
         if isinstance(optimizer, torch.optim.Optimizer):
             # State in optimizer.state, hyperparameters read from its
             # param_groups on every call (hlobridge._src.torch_optim).
-            self._torch = TorchOptimizer(optimizer, self._params)
+            self._torch = TorchOptimizer(
+                optimizer, self._params,
+                [p for p in model.parameters() if not p.requires_grad])
             self._state_leaves, self._state_spec = [], pytree.tree_flatten(None)[1]
         else:
             if not (callable(getattr(optimizer, "init", None))
