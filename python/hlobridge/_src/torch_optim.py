@@ -27,8 +27,9 @@ step's one program:
   ``foreach`` and ``fused`` pick torch kernels, not math: ignored.
 
 Parameter groups map to the model's parameters by identity; parameters
-without a gradient in the step are left alone (parameter and state), as
-torch skips them.
+without a gradient in the step (unused by the loss, or frozen with
+``requires_grad=False``) are left alone, parameter and state, as torch
+skips them.
 """
 
 from __future__ import annotations

@@ -20,6 +20,13 @@ eager torch. :func:`compile_train_step` captures the whole step instead:
    state values in (zero-copy out: ``param.data`` aliases the PJRT buffer;
    the ``nn.Parameter`` objects stay the same).
 
+A ``torch.optim`` optimizer (:mod:`hlobridge._src.torch_optim`) keeps its
+state in ``optimizer.state`` (read before and written after each call) and
+its scalar hyperparameters become one program input, read from
+``optimizer.param_groups`` on each call; gradient clipping
+(``max_grad_norm``), accumulation over micro-batches (``accumulate``) and
+the caller's autocast are part of the traced step.
+
 Buffers the forward updates in place (BatchNorm running statistics) are
 returned by the program and written back. A batch of new shapes or dtypes
 traces and compiles again (one program per signature, cached).
