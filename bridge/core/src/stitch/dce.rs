@@ -127,7 +127,8 @@ fn collect_refs(m: &Module, a: crate::ir::AttrId, out: &mut Vec<String>) {
     match m.attr(a) {
         Attribute::SymbolRef(parts) => {
             if let Some(&p) = parts.first() {
-                out.push(m.str(p).to_string());
+                // `@"name"` keeps its quotes in the reference; sym_name has none.
+                out.push(m.str(p).trim_matches('"').to_string());
             }
         }
         Attribute::Array(es) => {

@@ -150,6 +150,10 @@ pub(super) fn copy_functions(
                 {
                     cl.symbols
                         .insert(escaped.to_string(), format!("{prefix}{escaped}"));
+                    // References may quote the name (`@"<lambda>"`: the
+                    // parser keeps the quotes), e.g. a jax.jit of a lambda.
+                    cl.symbols
+                        .insert(format!("\"{escaped}\""), format!("\"{prefix}{escaped}\""));
                 }
                 funcs.push(op);
             }
