@@ -43,6 +43,10 @@ import torch.nn.functional as F
 
 import hlobridge as hb  # noqa: F401  (registers the torch.compile backend)
 
+# Statistic over the rounds (``--stat``): the median, or the minimum (more
+# robust on a shared machine, where slices of time are lost at random).
+STAT = "median"
+
 # (name, kind, channels in, channels out, image size, kernel, stride,
 #  padding, dilation, groups)
 Shape = tuple[str, str, int, int, int, int, int, int, int, int]
@@ -78,6 +82,7 @@ def shapes() -> list[Shape]:
 
 def _variants(sh: Shape, batch: int, grad: bool) -> dict[str, Callable[[], Any]]:
     _, _, cin, cout, hw, k, st, pad, dil, g = sh
+    torch._dynamo.reset()  # one graph per shape: stay under dynamo's recompile limit
     torch.manual_seed(0)
     n = batch
     mod = torch.nn.Conv2d(cin, cout, k, st, pad, dil, g, bias=False)
@@ -114,7 +119,8 @@ def _time(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
             t = time.perf_counter()
             f()
             ts[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) * 1e3 for k, v in ts.items()}
+    stat = min if STAT == "min" else statistics.median
+    return {k: stat(v) * 1e3 for k, v in ts.items()}
 
 
 def _uptime() -> str:
@@ -147,21 +153,32 @@ def main() -> None:
                     "substrings of shape names, comma-separated")
     ap.add_argument("--grad", action="store_true", help="time forward + both gradients")
     ap.add_argument("--no-xla", action="store_true", help="skip the HLOBRIDGE_HOST_CONV=0 run")
+    ap.add_argument("--stat", choices=["median", "min"], default="median")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: torch's default); 1 also sets HLOBRIDGE_GEMM_DONATE=0 "
+                    "so both sides run on one core")
     ap.add_argument("--json", default="")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global STAT
+    STAT = args.stat
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.threads == 1:
+        os.environ["HLOBRIDGE_GEMM_DONATE"] = "0"  # read at the first host kernel call
     if args.child:
         print(json.dumps(measure(args)))
         return
     path = "fwd+bwd" if args.grad else "fwd"
-    print(f"conv_bench: batch {args.batch}, {path}, {args.rounds} rounds, torch "
+    print(f"conv_bench: batch {args.batch}, {path}, {args.stat} of {args.rounds} rounds, torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load before: {_uptime()}")
     rows = measure(args)
     xla: dict[str, dict[str, Any]] = {}
     if not args.no_xla:
         cmd = [sys.executable, __file__, "--child", "--batch", str(args.batch),
-               "--rounds", str(args.rounds)] + (["--only", args.only] if args.only else []) \
+               "--rounds", str(args.rounds), "--stat", args.stat,
+               "--threads", str(args.threads)] + (["--only", args.only] if args.only else []) \
             + (["--grad"] if args.grad else [])
         env = dict(os.environ, HLOBRIDGE_HOST_CONV="0")
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout

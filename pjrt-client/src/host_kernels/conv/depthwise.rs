@@ -512,31 +512,35 @@ unsafe fn chunk_body<T: ConvElement>(ctx: &Ctx, i: usize) {
 }
 
 /// Small windows: per output row, 16 output columns at a time, every tap
-/// summed into one lane block.
+/// summed into one lane block held in registers.
 #[inline(always)]
 fn axpy_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, owp: usize, first: bool) {
     let ph = p.phase();
     let rowlen = ph * wq;
     let kw = p.ks[1];
+    // Buffer offset of each tap column (phase-split).
+    let starts: Vec<usize> = (0..kw)
+        .map(|b| {
+            let col = b * p.dil[1];
+            (col % ph) * wq + col / ph
+        })
+        .collect();
+    let nblk = owp / L;
     for oh in 0..p.os[0] {
-        s.row.fill(T::default());
-        for a in 0..p.ks[0] {
-            let br = oh * p.stride[0] + a * p.dil[0];
-            if !s.live[br] {
-                continue;
+        // Up to 4 lane blocks at once: independent sums hide the adds'
+        // latency.
+        let mut blk = 0;
+        while blk < nblk {
+            match nblk - blk {
+                1 => axpy_blocks::<T, 1>(p, s, &starts, rowlen, oh, blk),
+                2 | 3 => axpy_blocks::<T, 2>(p, s, &starts, rowlen, oh, blk),
+                _ => axpy_blocks::<T, 4>(p, s, &starts, rowlen, oh, blk),
             }
-            let brow = &s.buf[br * rowlen..][..rowlen];
-            let wrow = &s.win[a * kw..][..kw];
-            for (b, &wv) in wrow.iter().enumerate() {
-                let col = b * p.dil[1];
-                let start = (col % ph) * wq + col / ph;
-                let xs = &brow[start..start + owp];
-                for (acc, xv) in s.row.chunks_exact_mut(L).zip(xs.chunks_exact(L)) {
-                    for l in 0..L {
-                        acc[l] = acc[l] + wv * xv[l];
-                    }
-                }
-            }
+            blk += match nblk - blk {
+                1 => 1,
+                2 | 3 => 2,
+                _ => 4,
+            };
         }
         let dst = &mut s.acc[oh * p.os[1]..][..p.os[1]];
         if first {
@@ -546,6 +550,39 @@ fn axpy_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, owp: us
                 *d = *d + v;
             }
         }
+    }
+}
+
+/// Output row `oh`, lane blocks `blk..blk + NB`, into `s.row`.
+#[inline(always)]
+fn axpy_blocks<T: ConvElement, const NB: usize>(
+    p: &DwPlan,
+    s: &mut Scratch<T>,
+    starts: &[usize],
+    rowlen: usize,
+    oh: usize,
+    blk: usize,
+) {
+    let kw = p.ks[1];
+    let mut acc = [[T::default(); L]; NB];
+    for a in 0..p.ks[0] {
+        let br = oh * p.stride[0] + a * p.dil[0];
+        if !s.live[br] {
+            continue;
+        }
+        let brow = &s.buf[br * rowlen + blk * L..(br + 1) * rowlen];
+        let wrow = &s.win[a * kw..][..kw];
+        for (&wv, &st) in wrow.iter().zip(starts) {
+            for (q, accq) in acc.iter_mut().enumerate() {
+                let xs: &[T; L] = brow[st + q * L..][..L].try_into().expect("lane block");
+                for l in 0..L {
+                    accq[l] = accq[l] + wv * xs[l];
+                }
+            }
+        }
+    }
+    for (q, accq) in acc.iter().enumerate() {
+        s.row[(blk + q) * L..][..L].copy_from_slice(accq);
     }
 }
 
@@ -569,7 +606,7 @@ fn dot_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usi
                 }
                 let xs = &s.buf[br * rowlen + start..][..kwp];
                 let ws = &s.win[a * kwp..][..kwp];
-                for (xc, wc) in xs.chunks_exact(L).zip(ws.chunks_exact(L)) {
+                for (xc, wc) in xs.as_chunks::<L>().0.iter().zip(ws.as_chunks::<L>().0) {
                     let acc = &mut lanes[k & 1];
                     // Lanes past the window (its zero padding) are masked,
                     // not multiplied: 0·inf would be NaN.

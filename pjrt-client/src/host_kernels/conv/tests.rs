@@ -562,3 +562,63 @@ fn resnet_backward_convolutions_match_float64() {
     );
     check_f32(&c, &[16, 64, 8, 8], &[16, 64, 8, 8], &[3, 3, 64, 64], 0);
 }
+
+/// Timing of the depthwise kernel against the general kernel's direct
+/// loop on ConvNeXt's 7x7 (run by hand: `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn depthwise_timing() {
+    let c = dw_cfg(
+        192,
+        1,
+        [1, 1],
+        [3, 3],
+        [3, 3],
+        [1, 1],
+        [1, 1],
+        [false, false],
+    );
+    let (xd, wd, yd) = ([8i64, 192, 28, 28], [192i64, 1, 7, 7], [8i64, 192, 28, 28]);
+    let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+    let x = vec![0.5f32; n(&xd)];
+    let w = vec![0.25f32; n(&wd)];
+    let mut y = vec![0f32; n(&yd)];
+    let view = |p: *const f32, d: &[i64]| BufferView {
+        dtype: XLA_FFI_DataType_F32,
+        data: p as *mut f32 as *mut std::ffi::c_void,
+        dims: Box::leak(d.to_vec().into_boxed_slice()),
+    };
+    let plan = ConvPlan::new(&c, &xd, &wd, &yd).unwrap();
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    for general in [false, true, false, true] {
+        let t = cpu();
+        for _ in 0..5 {
+            // SAFETY: the vectors have these dims.
+            unsafe {
+                let (xv, wv, yv) = (
+                    view(x.as_ptr(), &xd),
+                    view(w.as_ptr(), &wd),
+                    view(y.as_mut_ptr(), &yd),
+                );
+                if general {
+                    conv_typed::<f32>(&plan, &xv, &wv, &yv)
+                } else {
+                    conv_dispatch::<f32>(&c, &xv, &wv, &yv)
+                }
+            }
+            .unwrap();
+        }
+        eprintln!(
+            "general {general}: {:.3} ms thread CPU",
+            (cpu() - t) * 1e3 / 5.0
+        );
+    }
+}
