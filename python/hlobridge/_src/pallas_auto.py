@@ -35,11 +35,12 @@ the registered ``pallas_call`` lowering rule, ``Traced.lower``'s
 
 from __future__ import annotations
 
+import functools
+import sys
 import traceback
 from typing import Any
 
 from jax._src.interpreters import mlir
-from jax._src.pallas.pallas_call import pallas_call_p
 
 from hlobridge._src import config
 from hlobridge._src.errors import BridgeError
@@ -71,6 +72,8 @@ def cpu_interpret_error(kernels: str) -> PallasLoweringError:
 
 def _jax_rule() -> Any:
     # The rule JAX registered for every platform (it dispatches per platform).
+    from jax._src.pallas.pallas_call import pallas_call_p
+
     return mlir._lowerings[pallas_call_p].rule
 
 
@@ -84,19 +87,28 @@ def _strict_rule(ctx: Any, *in_nodes: Any, interpret: Any, **params: Any) -> Any
     return _jax_rule()(ctx, *in_nodes, interpret=interpret, **params)
 
 
-# Module-level constants: LoweringParameters is part of JAX's lowering cache
-# key, so equal parameters must be the same rules.
-_AUTO = mlir.LoweringParameters(override_lowering_rules=((pallas_call_p, _auto_rule),))
-_STRICT = mlir.LoweringParameters(override_lowering_rules=((pallas_call_p, _strict_rule),))
+# Built once: LoweringParameters is part of JAX's lowering cache key, so
+# equal parameters must be the same rules. Built on first need, because
+# importing JAX's Pallas costs a first call_jax tens of milliseconds.
+@functools.cache
+def _parameters(auto: bool) -> Any:
+    from jax._src.pallas.pallas_call import pallas_call_p
+
+    rule = _auto_rule if auto else _strict_rule
+    return mlir.LoweringParameters(override_lowering_rules=((pallas_call_p, rule),))
+
+
+_PALLAS_MODULE = "jax._src.pallas.pallas_call"
 
 
 def lowering_parameters(platform: str) -> Any:
     """JAX lowering parameters for ``platform``: the ``pallas_call`` override
     on ``cpu`` (interpret, or the named error when the fallback is off),
     ``None`` (JAX's defaults) for any other platform."""
-    if platform != "cpu":
+    if platform != "cpu" or _PALLAS_MODULE not in sys.modules:
+        # No pallas_call can be in a program until JAX's Pallas is imported.
         return None
-    return _AUTO if auto_interpret_enabled() else _STRICT
+    return _parameters(auto_interpret_enabled())
 
 
 def lower_traced(traced: Any, platform: str) -> Any:
