@@ -81,6 +81,9 @@ def worker(rounds: int, quick: bool) -> list[dict[str, Any]]:
         def tr(x: Any, flag: str) -> Any:
             return x.transpose(-1, -2) if flag == "t" else x
 
+        def trj(x: Any, flag: str) -> Any:
+            return jnp.swapaxes(x, -1, -2) if flag == "t" else x
+
         def eager() -> Any:
             return torch.matmul(tr(a, layout[0]), tr(b, layout[1]))
 
@@ -88,7 +91,7 @@ def worker(rounds: int, quick: bool) -> list[dict[str, Any]]:
             # A fresh function per variant: call_jax caches per function, and
             # the lowering setting is read when it compiles.
             def f(x: Any, y: Any) -> Any:
-                return jnp.matmul(tr(x, layout[0]), tr(y, layout[1]))
+                return jnp.matmul(trj(x, layout[0]), trj(y, layout[1]))
 
             os.environ["HLOBRIDGE_HOST_GEMM"] = setting
             hb.call_jax(f, a, b)  # compile now, under this setting

@@ -436,33 +436,44 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
         // spawned once per call, which compute under this thread's
         // floating-point state (XLA's workers flush subnormals; a fresh
         // thread would not). A batch of at least `threads` entries is split
-        // by whole entries, a smaller one by result rows of each entry.
-        let parts = if s.batch >= threads { 1 } else { threads };
+        // into whole entries, a smaller one into row blocks of each entry
+        // (about four per thread, a multiple of 48 rows, which the
+        // micro-kernels' row tiles divide). Threads take the next chunk
+        // from a shared counter, so one that loses its core to another
+        // process holds up at most one chunk, not a fixed share.
+        let parts = if s.batch >= threads {
+            1
+        } else {
+            let rows = m.div_ceil(threads * 4).next_multiple_of(48);
+            m.div_ceil(rows).max(1)
+        };
         let rows = m.div_ceil(parts);
         let chunks = s.batch * parts;
-        let per = chunks.div_ceil(threads);
+        let next = std::sync::atomic::AtomicUsize::new(0);
         let fp = super::fp_env::FpEnv::current();
-        let range = move |t: usize| {
-            for chunk in t * per..((t + 1) * per).min(chunks) {
-                let (i, r0) = (chunk / parts, (chunk % parts) * rows);
-                if r0 < m {
-                    block(i, r0, rows.min(m - r0));
-                }
+        let range = || loop {
+            let chunk = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if chunk >= chunks {
+                break;
+            }
+            let (i, r0) = (chunk / parts, (chunk % parts) * rows);
+            if r0 < m {
+                block(i, r0, rows.min(m - r0));
             }
         };
         let joined = std::thread::scope(|scope| {
-            let others: Vec<_> = (1..threads)
-                .filter(|t| t * per < chunks)
-                .map(|t| {
+            let range = &range;
+            let others: Vec<_> = (1..threads.min(chunks))
+                .map(|_| {
                     scope.spawn(move || {
                         let _fp = fp.enter();
-                        range(t)
+                        range()
                     })
                 })
                 .collect();
             // Our own range's panic is caught here so the scope still
             // joins the others before the failure is reported.
-            let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| range(0)));
+            let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(range));
             std::iter::once(own)
                 .chain(others.into_iter().map(|h| h.join()))
                 .find_map(Result::err)
