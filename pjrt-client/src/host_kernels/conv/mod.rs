@@ -376,6 +376,36 @@ impl ConvPlan {
             .saturating_mul(self.kdim())
     }
 
+    /// `Some((positions, lhs step, result step))` when the convolution is a
+    /// plain product per batch entry (one live tap reading position `p` at
+    /// `p·lhs step`, result rows of a batch entry stepping evenly: a 1×1
+    /// stride-1 unpadded convolution): the GEMM then reads the lhs in
+    /// place, with no patch matrix.
+    pub fn direct(&self) -> Option<(usize, usize, usize)> {
+        if self.taps != 1 || self.tap_off.is_empty() {
+            return None;
+        }
+        let positions = self.tap_off.len();
+        if self.rows % positions != 0 || self.tap_off.contains(&usize::MAX) {
+            return None;
+        }
+        if positions > 1 && self.row_pos[1] != 1 {
+            return None;
+        }
+        let steps = |v: &[usize]| -> Option<usize> {
+            if v.len() < 2 {
+                return Some(1);
+            }
+            let step = v[1].wrapping_sub(v[0]);
+            v.windows(2)
+                .all(|w| w[1].wrapping_sub(w[0]) == step)
+                .then_some(step)
+        };
+        let xs = steps(&self.tap_off)?;
+        let ys = steps(&self.row_out[..positions])?;
+        (xs < isize::MAX as usize && ys < isize::MAX as usize).then_some((positions, xs, ys))
+    }
+
     /// Whether the result rows are written in place (no scatter).
     pub fn writes_in_place(&self) -> bool {
         self.out_step.is_some()
@@ -519,6 +549,33 @@ pub(crate) unsafe fn conv_typed<T: ConvElement + 'static>(
     } else {
         Vec::new()
     };
+    let direct = if depthwise { None } else { plan.direct() };
+    if let Some((positions, xs, ys)) = direct {
+        // One product per batch entry and row block (within the entry).
+        let block = positions.clamp(1, 4096);
+        let per_entry = positions.div_ceil(block);
+        let chunks = (plan.rows / positions) * per_entry;
+        let work = plan.work();
+        let donate = super::donation::enabled() && work >= DONATE_WORK;
+        let ctx = Arc::new(Ctx {
+            plan: plan as *const ConvPlan as usize,
+            x: x.data as usize,
+            w: wp as usize,
+            y: yp as usize,
+            packed,
+            chunk_rows: block,
+        });
+        let body = move |i: usize| {
+            // SAFETY: as for the chunks below.
+            unsafe { ctx.direct_chunk(i, per_entry, positions, xs, ys) }
+        };
+        return if donate {
+            super::donation::run_shared(chunks, work >= WAKE_WORK, body)
+        } else {
+            (0..chunks).for_each(body);
+            Ok(())
+        };
+    }
     let chunk_rows = if depthwise {
         plan.rows.clamp(1, 256)
     } else {
@@ -574,6 +631,63 @@ struct Ctx<T> {
 }
 
 impl<T: ConvElement> Ctx<T> {
+    /// Chunk `i` of a direct convolution (see [`ConvPlan::direct`]): batch
+    /// entry `i / per_entry`, its row block `i % per_entry`, every group.
+    ///
+    /// # Safety
+    /// The plan and buffers must be alive; chunks write disjoint rows.
+    unsafe fn direct_chunk(
+        &self,
+        i: usize,
+        per_entry: usize,
+        positions: usize,
+        xs: usize,
+        ys: usize,
+    ) {
+        // SAFETY: see the caller's contract.
+        let plan = unsafe { &*(self.plan as *const ConvPlan) };
+        let (b, blk) = (i / per_entry, i % per_entry);
+        let p0 = blk * self.chunk_rows;
+        if p0 >= positions {
+            return;
+        }
+        let mr = self.chunk_rows.min(positions - p0);
+        let r0 = b * positions + p0;
+        let (cin, cout) = (plan.cin_g, plan.cout_g);
+        let (x, y) = (self.x as *const T, self.y as *mut T);
+        for gi in 0..plan.groups {
+            let (wg, rsb, csb) = match plan.weights_in_place {
+                // SAFETY: group gi's output features start here.
+                Some((rsb, csb)) => (
+                    unsafe { (self.w as *const T).add(gi * cout * plan.rhs_o) },
+                    rsb as isize,
+                    csb as isize,
+                ),
+                None => (self.packed[gi * cin * cout..].as_ptr(), cout as isize, 1),
+            };
+            // SAFETY: rows r0..r0+mr of batch entry b: the lhs at
+            // tap_off[p] (evenly stepped by xs) and features of group gi at
+            // lhs_f, the result at row_out[r] (stepped by ys) and features
+            // at out_f; chunks write disjoint rows.
+            unsafe {
+                <T as GemmElement>::mul(
+                    mr,
+                    cin,
+                    cout,
+                    x.add(plan.row_lhs[r0] + gi * plan.group_lhs + plan.tap_off[p0]),
+                    xs as isize,
+                    plan.lhs_f as isize,
+                    wg,
+                    rsb,
+                    csb,
+                    y.add(plan.row_out[r0] + gi * cout * plan.out_f),
+                    ys as isize,
+                    plan.out_f as isize,
+                )
+            }
+        }
+    }
+
     /// Rows `i·chunk_rows ..` of the result, every group.
     ///
     /// # Safety
