@@ -13,11 +13,11 @@
 //! Why: on small and medium matrices XLA:CPU's dot hands the work to its
 //! Eigen thread pool, and waking pool threads costs more than the product
 //! itself (a 128³ product took 170–300 µs in the plugin, 60 µs here on one
-//! core); on large ones the `gemm` crate's micro-kernels, split over the
-//! cores, beat XLA's threaded dot (docs/host_gemm.md has the numbers).
+//! core). The rewrite leaves products beyond 512³ to XLA: there its
+//! threaded dot, with AVX-512 kernels, wins on Intel (docs/host_gemm.md).
 //!
 //! The products themselves run in a [`Kernel`]: the `gemm` crate by
-//! default (faster than `matrixmultiply` at every measured size), or
+//! default (1.1–1.4× `matrixmultiply` on AMD Zen 4, on par on Intel), or
 //! `matrixmultiply` with `HLOBRIDGE_GEMM_KERNEL=matrixmultiply`. A call
 //! runs single-threaded in whichever thread executes the program; only
 //! calls of at least 2·2²³ multiply-adds split their work (result rows, or
