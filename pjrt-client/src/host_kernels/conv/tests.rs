@@ -655,3 +655,80 @@ fn pointwise_convolutions_skip_the_patch_matrix() {
     // Enough work to be cut into chunks: 8 entries of 56x56 positions.
     check_f32(&c, &[8, 16, 56, 56], &[24, 16, 1, 1], &[8, 24, 56, 56], 3);
 }
+
+/// Where a ResNet-50 3x3 convolution's time goes (run by hand: `--ignored
+/// --nocapture`): the whole kernel against the GEMM alone on a patch
+/// matrix of the same shape, thread CPU time.
+#[test]
+#[ignore]
+fn im2col_share_timing() {
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    for (cin, hw) in [(64usize, 56usize), (256, 14)] {
+        let c = dw_cfg(1, 1, [1, 1], [1, 1], [1, 1], [1, 1], [1, 1], [false, false]);
+        let (xd, wd, yd) = (
+            [8i64, cin as i64, hw as i64, hw as i64],
+            [cin as i64, cin as i64, 3, 3],
+            [8i64, cin as i64, hw as i64, hw as i64],
+        );
+        let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+        let x = vec![0.5f32; n(&xd)];
+        let w = vec![0.25f32; n(&wd)];
+        let mut y = vec![0f32; n(&yd)];
+        let view = |p: *const f32, d: &[i64]| BufferView {
+            dtype: XLA_FFI_DataType_F32,
+            data: p as *mut f32 as *mut std::ffi::c_void,
+            dims: Box::leak(d.to_vec().into_boxed_slice()),
+        };
+        let t = cpu();
+        let plan = ConvPlan::new(&c, &xd, &wd, &yd).unwrap();
+        let tplan = cpu() - t;
+        let t = cpu();
+        // SAFETY: the vectors have these dims.
+        unsafe {
+            conv_typed::<f32>(
+                &plan,
+                &view(x.as_ptr(), &xd),
+                &view(w.as_ptr(), &wd),
+                &view(y.as_mut_ptr(), &yd),
+            )
+        }
+        .unwrap();
+        let tconv = cpu() - t;
+        let (m, k) = (8 * hw * hw, cin * 9);
+        let a = vec![0.5f32; m * k];
+        let mut cc = vec![0f32; m * cin];
+        let t = cpu();
+        // SAFETY: row-major m x k, k x cin, m x cin.
+        unsafe {
+            <f32 as GemmElement>::mul(
+                m,
+                k,
+                cin,
+                a.as_ptr(),
+                k as isize,
+                1,
+                w.as_ptr(),
+                1,
+                k as isize,
+                cc.as_mut_ptr(),
+                cin as isize,
+                1,
+            )
+        };
+        let tgemm = cpu() - t;
+        eprintln!(
+            "3x3 {cin}@{hw} b8: plan {:.2} ms, kernel {:.2} ms, GEMM alone {:.2} ms",
+            tplan * 1e3,
+            tconv * 1e3,
+            tgemm * 1e3
+        );
+    }
+}
