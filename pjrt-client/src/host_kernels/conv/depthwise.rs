@@ -618,10 +618,10 @@ fn dot_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usi
                     k += 1;
                 }
             }
-            let mut sum = T::default();
-            for l in 0..L {
-                sum = sum + (lanes[0][l] + lanes[1][l]);
-            }
+            let sum = lanes[0]
+                .iter()
+                .zip(&lanes[1])
+                .fold(T::default(), |acc, (&a, &b)| acc + (a + b));
             let d = &mut s.acc[oh * p.os[1] + ow];
             *d = if first { sum } else { *d + sum };
         }

@@ -386,7 +386,7 @@ impl ConvPlan {
             return None;
         }
         let positions = self.tap_off.len();
-        if self.rows % positions != 0 || self.tap_off.contains(&usize::MAX) {
+        if !self.rows.is_multiple_of(positions) || self.tap_off.contains(&usize::MAX) {
             return None;
         }
         if positions > 1 && self.row_pos[1] != 1 {
