@@ -58,7 +58,7 @@ _HYPER = {
 }
 
 
-def _kind(opt: torch.optim.Optimizer) -> str:
+def optimizer_kind(opt: torch.optim.Optimizer) -> str:
     t = type(opt)
     if t is torch.optim.SGD:
         return "sgd"
@@ -82,7 +82,7 @@ class TorchOptimizer:
 
     def __init__(self, opt: torch.optim.Optimizer, params: dict[str, torch.Tensor],
                  frozen: Sequence[torch.Tensor] = ()) -> None:
-        self.kind = _kind(opt)
+        self.kind = optimizer_kind(opt)
         self.opt = opt
         self._by_id = {id(p): k for k, p in params.items()}
         # Frozen parameters (requires_grad=False) never get a gradient:

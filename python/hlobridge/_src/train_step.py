@@ -156,9 +156,9 @@ class TrainStep:
         else:
             if not (callable(getattr(optimizer, "init", None))
                     and callable(getattr(optimizer, "update", None))):
-                from hlobridge._src.torch_optim import _kind
+                from hlobridge._src.torch_optim import optimizer_kind
 
-                _kind(optimizer)  # type: ignore[arg-type]  # raises, listing what works
+                optimizer_kind(optimizer)  # type: ignore[arg-type]  # raises, listing what works
             with torch.no_grad():
                 state = optimizer.init({k: p.detach() for k, p in self._params.items()})
             self._state_leaves, self._state_spec = pytree.tree_flatten(state)
