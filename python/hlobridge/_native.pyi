@@ -314,6 +314,11 @@ def check_environment() -> list[str]:
 
 ARTIFACT_FORMAT: Final[str]
 
+def artifact_bucket(manifest_text: str, rows: int) -> int:
+    """The exported batch size a batch of ``rows`` runs on (the rule every
+    front end shares); raises ``ArgumentError`` with the reason."""
+    ...
+
 def artifact_read(
     dir: str, producers: dict[str, str] | None = None
 ) -> tuple[str, list[tuple[str, str]], list[tuple[str, str, list[int], bytes]]]:

@@ -162,6 +162,22 @@ pub fn metadata_decode(py: Python<'_>, buf: &[u8]) -> PyResult<(String, String)>
     wire::decode_metadata_response(buf).map_err(|e| to_py(py, e))
 }
 
+/// The exported batch size a batch of `rows` runs on, by the rule every
+/// front end shares (`hlobridge_artifact::Manifest::bucket_for`);
+/// `manifest_text` is the artifact's `manifest.json`. Raises `ArgumentError`
+/// with the reason when no exported size may take it.
+#[pyfunction]
+pub fn artifact_bucket(py: Python<'_>, manifest_text: &str, rows: i64) -> PyResult<i64> {
+    let m: Manifest = serde_json::from_str(manifest_text)
+        .map_err(|e| to_py(py, ArtifactError::Manifest(e.to_string())))?;
+    m.bucket_for(rows).map_err(
+        |e| match class(py, "ArgumentError").and_then(|c| c.call1((e,))) {
+            Ok(obj) => PyErr::from_value(obj),
+            Err(err) => err,
+        },
+    )
+}
+
 /// Adds the functions to `_native`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(artifact_read, m)?)?;
@@ -171,6 +187,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(health_encode, m)?)?;
     m.add_function(wrap_pyfunction!(health_decode, m)?)?;
     m.add_function(wrap_pyfunction!(metadata_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(artifact_bucket, m)?)?;
     m.add("ARTIFACT_FORMAT", hlobridge_artifact::FORMAT)?;
     Ok(())
 }

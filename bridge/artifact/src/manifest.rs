@@ -176,6 +176,41 @@ impl Manifest {
     pub fn batchable(&self) -> bool {
         self.batch_dim.is_some() && self.rows_independent != Some(false)
     }
+
+    /// The exported batch sizes, ascending (empty without a batch dim).
+    pub fn batch_sizes(&self) -> Vec<i64> {
+        let mut sizes: Vec<i64> = self.modules.iter().filter_map(|f| f.batch).collect();
+        sizes.sort_unstable();
+        sizes
+    }
+
+    /// The exported batch size a batch of `rows` runs on: the one rule of
+    /// every front end (`hlobridge_deploy::Model`, so `hlobridge serve`,
+    /// and Python's `Artifact.run`). The size exported for `rows` itself;
+    /// else, when the rows may be padded ([`Manifest::batchable`]), the
+    /// smallest exported size above it (rows padded with zeros, outputs
+    /// sliced back). The error says why, for the caller to wrap.
+    pub fn bucket_for(&self, rows: i64) -> std::result::Result<i64, String> {
+        let sizes = self.batch_sizes();
+        let Some(&max) = sizes.last() else {
+            return Err("this artifact has no batch dim".into());
+        };
+        if sizes.contains(&rows) {
+            return Ok(rows);
+        }
+        if rows < 1 || rows > max {
+            return Err(format!(
+                "batch size {rows} must be 1..={max} (exported: {sizes:?})"
+            ));
+        }
+        if !self.batchable() {
+            return Err(format!(
+                "batch size {rows} must be one of {sizes:?} (the exporter found that this \
+                 model's rows are not independent, so inputs are not padded)"
+            ));
+        }
+        Ok(sizes.into_iter().find(|&s| s > rows).unwrap_or(max))
+    }
 }
 
 fn major_minor(v: &str) -> (&str, &str) {
@@ -217,4 +252,68 @@ pub fn content_hash(manifest_text: &str, claimed: &str, files: &[(&str, &[u8])])
         s.push_str(&format!("{b:02x}"));
     }
     Ok(s)
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use super::*;
+
+    fn manifest(sizes: &[i64], rows_independent: Option<bool>) -> Manifest {
+        Manifest {
+            format: FORMAT.into(),
+            hlobridge_version: "0.0".into(),
+            producers: Default::default(),
+            kind: "forward".into(),
+            params: vec![],
+            outputs: vec![],
+            batch_dim: Some(0),
+            modules: sizes
+                .iter()
+                .map(|&b| ModuleFile {
+                    file: format!("module.b{b}.mlir"),
+                    batch: Some(b),
+                    size: None,
+                })
+                .collect(),
+            weights_file: "weights.safetensors".into(),
+            weights_size: None,
+            rows_independent,
+            batching_refused: None,
+            content_hash: ZERO_HASH.into(),
+        }
+    }
+
+    #[test]
+    fn exported_sizes_run_as_they_are_and_others_on_the_next_larger() {
+        let m = manifest(&[4, 1, 16], None);
+        assert_eq!(m.batch_sizes(), vec![1, 4, 16]);
+        let got: Vec<i64> = (1..=16).map(|b| m.bucket_for(b).unwrap()).collect();
+        let want: Vec<i64> = (1..=16)
+            .map(|b| {
+                if b == 1 {
+                    1
+                } else if b <= 4 {
+                    4
+                } else {
+                    16
+                }
+            })
+            .collect();
+        assert_eq!(got, want);
+        for bad in [0, -1, 17] {
+            let e = m.bucket_for(bad).unwrap_err();
+            assert!(e.contains("must be 1..=16"), "{e}");
+        }
+    }
+
+    #[test]
+    fn rows_that_are_not_independent_are_never_padded() {
+        let m = manifest(&[1, 4], Some(false));
+        assert_eq!(m.bucket_for(4), Ok(4));
+        let e = m.bucket_for(3).unwrap_err();
+        assert!(
+            e.contains("must be one of [1, 4]") && e.contains("not independent"),
+            "{e}"
+        );
+    }
 }

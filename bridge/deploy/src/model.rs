@@ -263,20 +263,9 @@ impl Model {
             }
             if let Some(bd) = m.batch_dim {
                 let b = t.shape[bd];
-                if b < 1 || self.max_batch().is_some_and(|mb| b > mb) {
-                    return Err(DeployError::BadInput(format!(
-                        "input {}: batch size along dim {bd} must be 1..={}",
-                        p.name,
-                        self.max_batch().unwrap_or(0)
-                    )));
-                }
-                if !m.batchable() && !self.batch_sizes().contains(&b) {
-                    return Err(DeployError::BadInput(format!(
-                        "input {}: batch size along dim {bd} must be one of {:?} (the exporter found that this model's rows are not independent, so requests are not padded)",
-                        p.name,
-                        self.batch_sizes()
-                    )));
-                }
+                m.bucket_for(b).map_err(|e| {
+                    DeployError::BadInput(format!("input {} (dim {bd}): {e}", p.name))
+                })?;
                 if batch.is_some_and(|x| x != b) {
                     return Err(DeployError::BadInput(
                         "inputs disagree on the batch size".into(),
@@ -337,14 +326,14 @@ impl Model {
             ));
         }
         let total: i64 = reqs.iter().map(|r| r.batch.unwrap_or(0)).sum();
+        let bucket = m
+            .bucket_for(total)
+            .map_err(|e| DeployError::BadInput(format!("a batch of {total} rows: {e}")))?;
         let v = self
             .variants
             .iter()
-            .find(|v| v.batch.is_some_and(|b| b >= total))
-            .ok_or_else(|| {
-                DeployError::BadInput(format!("batch of {total} exceeds the largest bucket"))
-            })?;
-        let bucket = v.batch.unwrap_or(total);
+            .find(|v| v.batch == Some(bucket))
+            .ok_or_else(|| DeployError::BadInput(format!("no module for batch {bucket}")))?;
         let in_params: Vec<usize> = (0..m.params.len())
             .filter(|&i| !m.params[i].weight)
             .collect();

@@ -438,23 +438,14 @@ class Artifact:
 
 
 def _bucket(m: dict[str, Any], b: int) -> dict[str, Any]:
-    """The module a batch of ``b`` rows runs on, by the rule of ``hlobridge
-    serve`` and the Rust deployer (``hlobridge_deploy::Model::prepare`` and
-    ``run_batch``; keep the two in step): the module exported for ``b``,
-    else -- when the rows are independent (``rows_independent`` is not
-    false) -- the smallest exported batch size above ``b``, the rows padded
-    with zeros and the outputs sliced back."""
-    modules = sorted(m["modules"], key=lambda f: int(f["batch"]))
-    sizes = [int(f["batch"]) for f in modules]
-    exact = next((f for f in modules if int(f["batch"]) == b), None)
-    if exact is not None:
-        return exact
-    if b < 1 or b > sizes[-1]:
-        raise ArgumentError(f"batch size {b} must be 1..={sizes[-1]} (exported: {sizes})")
-    if m.get("rows_independent") is False:
-        raise ArgumentError(f"batch size {b} must be one of {sizes} (the exporter found that this "
-                            f"model's rows are not independent, so inputs are not padded)")
-    return next(f for f in modules if int(f["batch"]) > b)
+    """The module a batch of ``b`` rows runs on, by the one rule every front
+    end shares (``hlobridge_artifact::Manifest::bucket_for``, which
+    ``hlobridge serve`` and the Rust deployer call too): the module exported
+    for ``b``, else -- when the rows are independent -- the smallest
+    exported batch size above ``b``, the rows padded with zeros and the
+    outputs sliced back. Raises :class:`ArgumentError` with the reason."""
+    size = _native.artifact_bucket(json.dumps(m), b)
+    return next(f for f in m["modules"] if f.get("batch") == size)
 
 
 def _pad_rows(t: torch.Tensor, bd: int, rows: int) -> torch.Tensor:
