@@ -36,6 +36,7 @@ import torch.fx
 
 from hlobridge._src import config
 from hlobridge._src.errors import CompileBackendError, DataDependentError, UnsupportedOpError
+from hlobridge._src.dynamo.attention_decomp import attention_decompositions
 from hlobridge._src.dynamo.numerics_decomp import numerics_decompositions
 
 __all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "decompositions",
@@ -151,6 +152,7 @@ def decompositions() -> dict[Any, Any]:
     table.update(_accurate_norms())
     table.update(numerics_decompositions())  # docs/op_numerics.md
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
+    table.update(attention_decompositions())  # nn.MultiheadAttention's inference fast path
     return table
 
 
