@@ -23,7 +23,8 @@
 //! gradient); the result shape must be the one XLA infers. The
 //! precision config is met (the kernel computes in the operands' full
 //! precision). Convolutions with fewer than [`HostConvPolicy::min_work`]
-//! multiply-adds stay with XLA.
+//! multiply-adds stay with XLA, and so do ungrouped ones with at least
+//! [`HostConvPolicy::xla_from_work`] (XLA's own convolution is faster there).
 
 use crate::dialects::common::{get_bool_array, get_i64_array};
 use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
@@ -32,7 +33,7 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 2;
+pub const REWRITE_VERSION: u32 = 3;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
@@ -42,20 +43,35 @@ pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARG
 pub struct HostConvPolicy {
     /// Smallest number of multiply-adds to rewrite.
     pub min_work: u64,
+    /// Ungrouped convolutions (feature and batch group count 1) of at least
+    /// this many multiply-adds stay with XLA (`None`: none do).
+    pub xla_from_work: Option<u64>,
 }
 
 impl Default for HostConvPolicy {
     /// Below ~4k multiply-adds a convolution is XLA's inline loop and a
-    /// call costs more than it saves.
+    /// call costs more than it saves. From 2²⁷ multiply-adds (as the host
+    /// GEMM's bound) an ungrouped convolution stays with XLA, whose own
+    /// convolution measured 1.3–5× faster than the host kernel at
+    /// ResNet-50's sizes (batch 8 at 224², forward and both gradients,
+    /// `benches/conv_bench.py`, docs/host_conv.md); the host kernel keeps
+    /// the small ones (XLA's generic loop over 1×1–4×4 maps) and every
+    /// grouped or depthwise one (XLA 19–28× eager there).
     fn default() -> Self {
-        HostConvPolicy { min_work: 1 << 12 }
+        HostConvPolicy {
+            min_work: 1 << 12,
+            xla_from_work: Some(1 << 27),
+        }
     }
 }
 
 impl HostConvPolicy {
     /// Every eligible convolution, whatever its size.
     pub fn all() -> Self {
-        HostConvPolicy { min_work: 0 }
+        HostConvPolicy {
+            min_work: 0,
+            xla_from_work: None,
+        }
     }
 }
 
@@ -303,6 +319,9 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     .iter()
     .try_fold(1u64, |a, &d| a.checked_mul(d))?;
     if work < policy.min_work {
+        return None;
+    }
+    if groups == 1 && batch_groups == 1 && policy.xla_from_work.is_some_and(|w| work >= w) {
         return None;
     }
     let config = ConvConfig {

@@ -52,7 +52,12 @@ impl HostLowering {
     /// program lowered differently must not share a cache entry).
     pub fn cache_tag(&self) -> String {
         let conv = match self.conv {
-            Some(p) => format!("host_conv.v{}:{}", host_conv::REWRITE_VERSION, p.min_work),
+            Some(p) => format!(
+                "host_conv.v{}:{}:{}",
+                host_conv::REWRITE_VERSION,
+                p.min_work,
+                p.xla_from_work.unwrap_or(0)
+            ),
             None => String::new(),
         };
         let gemm = match self.gemm {

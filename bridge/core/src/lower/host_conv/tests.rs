@@ -252,3 +252,28 @@ fn dimension_numbers_are_read_in_every_order() {
         None
     );
 }
+
+/// ResNet-50's 3×3 convolution at batch 8 over 56×56 maps (8·56²·64·64·9
+/// ≈ 925M multiply-adds) and a depthwise one of the same size.
+const LARGE: &str = r#"func.func public @main(%x: tensor<8x64x56x56xf32>, %w: tensor<64x64x3x3xf32>, %wd: tensor<4096x1x3x3xf32>, %xd: tensor<8x4096x56x56xf32>) -> (tensor<8x64x56x56xf32>, tensor<8x4096x56x56xf32>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x56x56xf32>, tensor<64x64x3x3xf32>) -> tensor<8x64x56x56xf32>
+  %1 = stablehlo.convolution(%xd, %wd) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 4096 : i64} : (tensor<8x4096x56x56xf32>, tensor<4096x1x3x3xf32>) -> tensor<8x4096x56x56xf32>
+  return %0, %1 : tensor<8x64x56x56xf32>, tensor<8x4096x56x56xf32>
+}"#;
+
+#[test]
+fn large_ungrouped_convolutions_stay_with_xla_and_depthwise_ones_do_not() {
+    let (out, r) = rewrite(LARGE);
+    assert_eq!(
+        r,
+        HostConvReport {
+            rewritten: 1,
+            convolutions: 2
+        }
+    );
+    assert_eq!(out.matches("stablehlo.convolution").count(), 1, "{out}");
+    assert!(out.contains("feature_group_count = 1 "), "{out}");
+    let mut m = parse_module(LARGE).expect("parse");
+    let all = rewrite_host_conv(&mut m, &HostConvPolicy::all());
+    assert_eq!(all.rewritten, 2, "HostConvPolicy::all() takes every size");
+}
