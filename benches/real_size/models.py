@@ -99,7 +99,13 @@ def _vision(name: str, fn: str, **kw: Any) -> RealModel:
     def build() -> torch.nn.Module:
         import torchvision.models as tvm
 
-        return getattr(tvm, fn)(weights=None, **kw)  # type: ignore[no-any-return]
+        model: torch.nn.Module = getattr(tvm, fn)(weights=None, **kw)
+        head = getattr(getattr(model, "heads", None), "head", None)
+        if isinstance(head, torch.nn.Linear):
+            # torchvision zero-initializes ViT's classifier head: every logit
+            # would be 0 and the agreement check empty.
+            torch.nn.init.normal_(head.weight, std=0.02)
+        return model
 
     args = ", ".join(f"{k}={v}" for k, v in kw.items())
     return RealModel(name=name, config=f"torchvision.models.{fn}({args}), b8x3x{IMG}x{IMG}",
