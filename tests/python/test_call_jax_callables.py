@@ -19,7 +19,6 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_call
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -31,28 +30,11 @@ import torch
 
 import hlobridge as hb
 from hlobridge._src import custom_op
-
-SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-TOL = dict(rtol=1e-5, atol=1e-6)
-
-
-@pytest.fixture(autouse=True)
-def fresh() -> None:
-    torch.manual_seed(SEED)
-    torch._dynamo.reset()
+from jax_compare import SEED, close, fresh, jax_ref  # noqa: F401 (fresh: autouse fixture)
 
 
 def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn, backend="hlobridge", fullgraph=True)
-
-
-def jax_ref(f: Callable[..., Any], *xs: torch.Tensor) -> torch.Tensor:
-    out = f(*[jnp.asarray(x.numpy()) for x in xs])
-    return torch.from_numpy(np.array(out))
-
-
-def close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"seed={SEED} {what}: {m}")
 
 
 def make_scale(c: float) -> Callable[[jax.Array], jax.Array]:

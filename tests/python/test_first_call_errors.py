@@ -37,19 +37,7 @@ import pytest
 import torch
 
 import hlobridge as hb
-
-SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-TOL = dict(rtol=1e-5, atol=1e-6)
-
-
-@pytest.fixture(autouse=True)
-def fresh() -> None:
-    torch.manual_seed(SEED)
-    torch._dynamo.reset()
-
-
-def jax_ref(f, *xs: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
-    return torch.from_numpy(np.array(f(*[jnp.asarray(x.numpy()) for x in xs])))
+from jax_compare import close, fresh, jax_ref  # noqa: F401 (fresh: autouse fixture)
 
 
 def test_eager_call_jax_does_not_import_dynamo_and_compile_still_captures_it() -> None:
@@ -103,8 +91,7 @@ def test_dynamic_true_specializes_call_jax_inputs() -> None:
     for shape in [(5, 3), (7, 3), (5, 3)]:
         x = torch.randn(*shape)
         got = c(x)
-        torch.testing.assert_close(got, jax_ref(lambda u: jnp.sin(u * 2.0) + 1.0, x), **TOL,
-                                   msg=lambda m: f"seed={SEED} shape {shape}: {m}")
+        close(got, jax_ref(lambda u: jnp.sin(u * 2.0) + 1.0, x), f"shape {shape}")
 
 
 # JAX warns that pallas_call for Mosaic GPU is deprecated (its choice here).
