@@ -65,6 +65,26 @@ def batch(n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 12), torch.randint(0, 5, (n,))
 
 
+def eager_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+               y: torch.Tensor, max_grad_norm: float | None = None) -> torch.Tensor:
+    """One eager torch training step, the reference for the compiled one;
+    returns its loss."""
+    opt.zero_grad()
+    loss = loss_fn(model, x, y)
+    loss.backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    opt.step()
+    return loss
+
+
+def close_params(got: torch.nn.Module, want: torch.nn.Module, tol: dict[str, float],
+                 what: str = "") -> None:
+    """Every parameter of ``got`` matches ``want``'s, named ``what`` + its name."""
+    for (n, p), q in zip(want.named_parameters(), got.parameters()):
+        close(q, p, tol, f"{what}{n}")
+
+
 def groups(model: MLP, per_group: bool) -> Any:
     if not per_group:
         return model.parameters()
@@ -120,13 +140,9 @@ def test_matches_eager_torch_optimizer(case: tuple[str, type[torch.optim.Optimiz
     for i in range(3):
         x, y = batch()
         got = step(x, y)
-        opt_e.zero_grad()
-        want = loss_fn(eager, x, y)
-        want.backward()
-        opt_e.step()
+        want = eager_step(eager, opt_e, x, y)
         close(got, want, LOSS_TOL, f"step {i} loss")
-        for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-            close(q, p, tol, f"step {i} {n}")
+        close_params(model, eager, tol, f"step {i} ")
         check_state(opt, opt_e, tol)
     # SGD's first step creates its momentum buffers: still one program.
     assert len(step.graphs) == 1
@@ -164,8 +180,7 @@ def test_cosine_schedule_with_warmup_compiles_once() -> None:
         for s in scheds:
             s.step()
         close(got, want, LOSS_TOL, f"step {i} loss")
-    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-        close(q, p, ADAM_TOL, n)
+    close_params(model, eager, ADAM_TOL)
     check_state(opts[1], opts[0], ADAM_TOL)
     assert len(set(lrs)) == 10
     assert len(step.graphs) == 1
@@ -214,11 +229,8 @@ def test_state_dict_save_load_resumes_like_eager() -> None:
     step_r = hb.compile_train_step(resumed, loss_fn, opt_r)
     x, y = batch()
     step_r(x, y)
-    opt_e.zero_grad()
-    loss_fn(eager, x, y).backward()
-    opt_e.step()
-    for (n, p), q in zip(eager.named_parameters(), resumed.parameters()):
-        close(q, p, ADAM_TOL, n)
+    eager_step(eager, opt_e, x, y)
+    close_params(resumed, eager, ADAM_TOL)
     check_state(opt_r, opt_e, ADAM_TOL)
     assert opt_r.state_dict()["state"][0]["step"].item() == 3.0
     # The original step keeps going from its own optimizer's state too.
@@ -238,9 +250,7 @@ def test_unused_parameter_keeps_no_state_as_in_torch() -> None:
     for _ in range(2):
         x, y = batch()
         step(x, y)
-        opt_e.zero_grad()
-        loss_fn(eager, x, y).backward()
-        opt_e.step()
+        eager_step(eager, opt_e, x, y)
     assert model.extra not in opt.state and eager.extra not in opt_e.state
     close(model.extra, eager.extra, dict(rtol=0, atol=0), "extra")
     check_state(opt, opt_e, ADAM_TOL)
@@ -258,13 +268,9 @@ def test_frozen_parameters_in_the_optimizer_are_skipped_as_in_torch() -> None:
     for i in range(3):
         x, y = batch()
         got = step(x, y)
-        opt_e.zero_grad()
-        want = loss_fn(eager, x, y)
-        want.backward()
-        opt_e.step()
+        want = eager_step(eager, opt_e, x, y)
         close(got, want, LOSS_TOL, f"step {i} loss")
-    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-        close(q, p, ADAM_TOL, n)
+    close_params(model, eager, ADAM_TOL)
     assert model.fc1.weight not in opt.state
     check_state(opt, opt_e, ADAM_TOL)
 
@@ -279,14 +285,9 @@ def test_max_grad_norm_matches_clip_grad_norm(max_norm: float) -> None:
     for i in range(3):
         x, y = batch()
         got = step(x, y)
-        opt_e.zero_grad()
-        want = loss_fn(eager, x, y)
-        want.backward()
-        torch.nn.utils.clip_grad_norm_(eager.parameters(), max_norm)
-        opt_e.step()
+        want = eager_step(eager, opt_e, x, y, max_grad_norm=max_norm)
         close(got, want, LOSS_TOL, f"step {i} loss")
-    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-        close(q, p, PARAM_TOL, n)
+    close_params(model, eager, PARAM_TOL)
 
 
 class BNNet(torch.nn.Module):
@@ -323,8 +324,7 @@ def test_accumulate_matches_eager_micro_batches(k: int) -> None:
         torch.nn.utils.clip_grad_norm_(eager.parameters(), 1.0)
         opt_e.step()
         close(got, torch.stack(losses).mean(), LOSS_TOL, f"step {i} loss")
-    for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-        close(q, p, ADAM_TOL, n)
+    close_params(model, eager, ADAM_TOL)
     for (n, b), c in zip(eager.named_buffers(), model.buffers()):
         close(c.float(), b.float(), PARAM_TOL, n)
     with pytest.raises(hb.ArgumentError, match="multiple of"):
@@ -341,13 +341,9 @@ def test_hb_optim_adamw_equals_torch_adamw(wd: float) -> None:
     for i in range(3):
         x, y = batch()
         got = step(x, y)
-        opt_e.zero_grad()
-        want = loss_fn(eager, x, y)
-        want.backward()
-        opt_e.step()
+        want = eager_step(eager, opt_e, x, y)
         close(got, want, LOSS_TOL, f"step {i} loss")
-        for (n, p), q in zip(eager.named_parameters(), model.parameters()):
-            close(q, p, ADAM_TOL, f"step {i} {n}")
+        close_params(model, eager, ADAM_TOL, f"step {i} ")
     sd = opt_e.state_dict()["state"]
     for j, (n, _) in enumerate(eager.named_parameters()):
         close(step.state["m"][n], sd[j]["exp_avg"], ADAM_TOL, f"exp_avg {n}")
