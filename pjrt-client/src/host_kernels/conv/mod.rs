@@ -631,6 +631,24 @@ struct Ctx<T> {
 }
 
 impl<T: ConvElement> Ctx<T> {
+    /// Group `gi`'s `[kdim, cout]` weight matrix and its row and column
+    /// strides: read in place from the rhs, or from the packed copy.
+    ///
+    /// # Safety
+    /// `plan` is this call's plan and the rhs buffer is alive.
+    unsafe fn group_weights(&self, plan: &ConvPlan, gi: usize) -> (*const T, isize, isize) {
+        let (cout, kdim) = (plan.cout_g, plan.kdim());
+        match plan.weights_in_place {
+            // SAFETY: group gi's output features start here, inside the rhs.
+            Some((rsb, csb)) => (
+                unsafe { (self.w as *const T).add(gi * cout * plan.rhs_o) },
+                rsb as isize,
+                csb as isize,
+            ),
+            None => (self.packed[gi * kdim * cout..].as_ptr(), cout as isize, 1),
+        }
+    }
+
     /// Chunk `i` of a direct convolution (see [`ConvPlan::direct`]): batch
     /// entry `i / per_entry`, its row block `i % per_entry`, every group.
     ///
@@ -656,15 +674,8 @@ impl<T: ConvElement> Ctx<T> {
         let (cin, cout) = (plan.cin_g, plan.cout_g);
         let (x, y) = (self.x as *const T, self.y as *mut T);
         for gi in 0..plan.groups {
-            let (wg, rsb, csb) = match plan.weights_in_place {
-                // SAFETY: group gi's output features start here.
-                Some((rsb, csb)) => (
-                    unsafe { (self.w as *const T).add(gi * cout * plan.rhs_o) },
-                    rsb as isize,
-                    csb as isize,
-                ),
-                None => (self.packed[gi * cin * cout..].as_ptr(), cout as isize, 1),
-            };
+            // SAFETY: see the caller's contract.
+            let (wg, rsb, csb) = unsafe { self.group_weights(plan, gi) };
             // SAFETY: rows r0..r0+mr of batch entry b: the lhs at
             // tap_off[p] (evenly stepped by xs) and features of group gi at
             // lhs_f, the result at row_out[r] (stepped by ys) and features
@@ -773,15 +784,8 @@ impl<T: ConvElement> Ctx<T> {
                     }
                 }
             }
-            let (wg, rsb, csb) = match plan.weights_in_place {
-                // SAFETY: group gi's output features start here.
-                Some((rsb, csb)) => (
-                    unsafe { (self.w as *const T).add(gi * cout * plan.rhs_o) },
-                    rsb as isize,
-                    csb as isize,
-                ),
-                None => (self.packed[gi * kdim * cout..].as_ptr(), cout as isize, 1),
-            };
+            // SAFETY: see the caller's contract.
+            let (wg, rsb, csb) = unsafe { self.group_weights(plan, gi) };
             match plan.out_step {
                 Some(step) => {
                     // SAFETY: rows r0..r0+mr of features gi·cout.. lie inside
