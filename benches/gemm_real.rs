@@ -12,6 +12,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use pjrt_client::host_kernels::gemm::{GemmElement, Kernel};
+
 /// `(label, batch, m, k, n, lhs transposed, rhs transposed)`; labels
 /// read `[batch x] m x k x n`.
 type Case = (&'static str, usize, usize, usize, usize, bool, bool);
@@ -36,13 +38,9 @@ const CASES: &[Case] = &[
     ("96x128x128x64 nn (p.v)", 96, 128, 128, 64, false, false),
 ];
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kernel {
-    MatrixMultiply,
-    Gemm,
-}
-
-/// Rows `r0..r0+mr` of one `m×k · k×n` product.
+/// Rows `r0..r0+mr` of one `m×k · k×n` product, through the host kernel's
+/// own entry point ([`GemmElement::mul_in`]), so the bench times exactly
+/// the calls the kernel makes.
 ///
 /// # Safety
 /// The pointers/strides describe valid matrices; `c` does not overlap.
@@ -60,38 +58,8 @@ unsafe fn block(
     csb: isize,
     c: *mut f32,
 ) {
-    match kern {
-        // SAFETY: forwarded.
-        Kernel::MatrixMultiply => unsafe {
-            matrixmultiply::sgemm(
-                mr, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, n as isize, 1,
-            )
-        },
-        // SAFETY: forwarded.
-        Kernel::Gemm => unsafe {
-            gemm::gemm(
-                mr,
-                n,
-                k,
-                c,
-                1,
-                n as isize,
-                false,
-                a,
-                csa,
-                rsa,
-                b,
-                csb,
-                rsb,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            )
-        },
-    }
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { f32::mul_in(kern, mr, k, n, a, rsa, csa, b, rsb, csb, c, n as isize, 1) }
 }
 
 fn run(kern: Kernel, threads: usize, case: &Case, a: &[f32], b: &[f32], c: &mut [f32]) {
