@@ -163,6 +163,18 @@ def stitch(
     """Merge segments ``(name, producer, module_text, entry, input_handles,
     output_handles)`` into one module; returns ``(fused_text, report_json)``."""
 
+def viz_programs(
+    programs: list[tuple[str, list[tuple[str, str, bool]],
+                         list[tuple[str, str, str, str, list[str], list[str]]], list[str]]],
+    path: str,
+    title: str,
+) -> tuple[int, int]:
+    """Draw stitched programs ``(label, inputs, segments, outputs)`` (as
+    passed to :func:`stitch`) into ``path`` with the renderer of
+    ``hlobridge viz``: ``.html`` (one section per program), ``.svg`` (built-in
+    layout) or ``.dot`` (several programs side by side, nodes prefixed by
+    their label). Returns ``(nodes, edges)`` drawn."""
+
 def rewrite_collectives(
     text: str,
     num_devices: int,

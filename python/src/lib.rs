@@ -28,6 +28,7 @@ mod runtime;
 mod spmd;
 mod stats;
 mod stitch;
+mod viz;
 
 use pyo3::prelude::*;
 
@@ -85,6 +86,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats::reset_stats, m)?)?;
     m.add_function(wrap_pyfunction!(stats::record_cache_hit, m)?)?;
     m.add_function(wrap_pyfunction!(stitch::stitch, m)?)?;
+    m.add_function(wrap_pyfunction!(viz::viz_programs, m)?)?;
     m.add_function(wrap_pyfunction!(spmd::rewrite_collectives, m)?)?;
     m.add_function(wrap_pyfunction!(fastcall::fast_init, m)?)?;
     m.add_function(wrap_pyfunction!(fastcall::fast_call, m)?)?;

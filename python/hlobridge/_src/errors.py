@@ -26,7 +26,8 @@ BridgeError
 │   ├── DtypeError        unsupported or mismatched element type
 │   ├── CapturedTensorError  call_jax: the JAX function closes over a torch tensor
 │   ├── UnsupportedOptimizerError  compile_train_step: an optimizer with no captured update
-│   └── SpmdArgumentError a tensor does not fit an SPMD program's input
+│   ├── SpmdArgumentError a tensor does not fit an SPMD program's input
+│   └── NotCompiledError  hb.viz: a torch.compile'd model/function not called yet
 ├── OutputError           a function's result holds a leaf that is not an array
 ├── BufferDeletedError    a buffer used after it was deleted or donated
 ├── ForkError             the PJRT client was inherited through fork()
@@ -80,6 +81,7 @@ __all__ = [
     "InputMutationError",
     "InvalidIrError",
     "JaxVersionError",
+    "NotCompiledError",
     "OutOfMemoryError",
     "OutputError",
     "PallasLoweringError",
@@ -215,6 +217,12 @@ class UnsupportedOptimizerError(ArgumentError):
 class SpmdArgumentError(ArgumentError):
     """A tensor given to an SPMD program does not fit its input: wrong count,
     shape or dtype for this process's part of the global array."""
+
+
+class NotCompiledError(ArgumentError):
+    """:func:`hlobridge.viz` was given a ``torch.compile``'d model or
+    function (or a train step) that has no compiled program yet: call it
+    once first (compilation happens on the first call)."""
 
 
 class OutputError(BridgeError):

@@ -283,6 +283,7 @@ class TrainStep:
 
         from hlobridge._src.collective_split import compile_graph
         from hlobridge._src.distributed_guard import DifferentiableCollectiveWatch
+        from hlobridge._src.dynamo.program import name_inputs
         from hlobridge._src.dynamo.engine import decompositions
 
         pnames = list(self._params)
@@ -418,7 +419,13 @@ class TrainStep:
             _drop_input_shaped_copies(gm)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
         n_out = out_box[0].num_leaves if out_box else n_state
-        return _Traced(graph=compile_graph(gm, self.name), state_spec=state_spec,
+        graph = compile_graph(gm, self.name)
+        # The step's inputs by name, for hb.viz.
+        name_inputs(graph, [*pnames, *bnames, *(f"opt_state.{i}" for i in range(n_state)),
+                            *(f"hyper.{i}" for i in range(n_hyper)),
+                            *(f"batch.{i}" for i in range(len(flat) - n_p - n_b - n_state
+                                                          - n_hyper))], aot=False)
+        return _Traced(graph=graph, state_spec=state_spec,
                        n_state_out=n_out, out_state_spec=out_box[0] if out_box else None,
                        structure=structure, unused=frozenset(unused),
                        mutated_buffers=mutated,

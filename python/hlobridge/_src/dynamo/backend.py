@@ -22,15 +22,19 @@ __all__ = ["backend", "register"]
 _counter = {"graph": 0}
 
 
-def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
+def _compiler(kind: str, inputs: tuple[list[str], Any] = ([], None)
+              ) -> Callable[[torch.fx.GraphModule, list[Any]], Any]:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         # One CompiledGraph, or programs with torch.distributed functional
         # collectives run between them (hlobridge._src.collective_split).
         from hlobridge._src.collective_split import compile_graph as compile_split
+        from hlobridge._src.dynamo.program import name_inputs
 
         n = _counter["graph"]
         _counter["graph"] += 1
-        return compile_split(gm, f"{kind} #{n}")
+        graph = compile_split(gm, f"{kind} #{n}")
+        name_inputs(graph, *inputs)  # input names and origin, for hb.viz
+        return graph
 
     compile_graph.__name__ = f"hlobridge_{kind}_compiler"
     return compile_graph
@@ -52,8 +56,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
 
     # Core aten (the op set torch_xla lowers best) + training batch norm.
     decompositions = backend_decompositions()
-    aot = aot_autograd(fw_compiler=_compiler("forward"), bw_compiler=_compiler("backward"),
-                       inference_compiler=_compiler("inference"),
+    from hlobridge._src.dynamo.program import dynamo_input_names
+
+    inputs = dynamo_input_names(gm)
+    aot = aot_autograd(fw_compiler=_compiler("forward", inputs),
+                       bw_compiler=_compiler("backward", inputs),
+                       inference_compiler=_compiler("inference", inputs),
                        decompositions=decompositions)
     # Attention traced through its math formulation, which AOTAutograd
     # differentiates into plain ops (torch_xla lowers neither the fused CPU

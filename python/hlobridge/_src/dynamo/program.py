@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +43,8 @@ from hlobridge._src.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
-__all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs"]
+__all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs", "dynamo_input_names",
+           "name_inputs"]
 
 _perf = time.perf_counter
 
@@ -87,6 +90,11 @@ class Program:
     fast: _native.GraphCall | None = None
     """The native hot path of this program (``None`` when its inputs are
     not all plain-dtype tensors): see :meth:`CompiledGraph.__call__`."""
+    plan: tuple[list[tuple[str, str, bool]], list[tuple[str, str, str, str, list[str], list[str]]],
+                list[str]] | None = None
+    """What was stitched: ``(inputs, segments, outputs)`` as passed to
+    :func:`hlobridge._native.stitch` (references, no copies), for
+    :func:`hlobridge.viz`."""
 
     @property
     def calls(self) -> int:
@@ -135,6 +143,14 @@ class CompiledGraph:
             to the inputs on every call (:mod:`hlobridge._src.dynamo.random_inputs`)."""
             self.partition: Partition = partition(gm)
         self.programs: dict[tuple[Any, ...], Program] = {}
+        self.input_names: dict[str, str] = {}
+        """Placeholder name -> what the user calls that input (``x``,
+        ``fc1.weight``), where known (:func:`name_inputs`); for drawings."""
+        self.origin: tuple[Any, Any] | None = None
+        """``(code, owner)``: the code object Dynamo compiled this graph from
+        and a weak reference to the module whose method it is (``None`` for
+        a function); ``None`` for a train step's graph. How
+        :func:`hlobridge.viz` finds a compiled model's graphs."""
         self.platform = _native.runtime().platform
         self._last: Program | None = None
         """The program of the last call: tried first, natively."""
@@ -301,7 +317,8 @@ class CompiledGraph:
         return Program(exe=exe, text=text, report=report, segments=segments, inputs=used_args,
                        constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
                        lower_s=lower_s, compile_s=0.0 if hit else exe.compile_time_s,
-                       outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs])
+                       outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs],
+                       plan=(inputs, segs, prog_out))
 
     def _lower_torch(self, piece: TorchPiece, types: dict[str, TensorSpec],
                      consts: dict[str, torch.Tensor], segs: list[Any], engines: list[str]
@@ -375,3 +392,71 @@ def _scalar_module(value: torch.Tensor) -> str:
     need_x64 = value.dtype in _X64
     with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
         return jax.jit(lambda: arr).lower().as_text()  # type: ignore[no-any-return]
+
+
+_SOURCE_KEY = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)")
+
+
+def _source_name(source: str) -> str | None:
+    """``L['self']._modules['fc1']._parameters['weight']`` -> ``fc1.weight``,
+    ``L['x']`` -> ``x``; ``None`` for a source of another shape."""
+    keys = [a or b for a, b in _SOURCE_KEY.findall(source)]
+    if not keys or not source.startswith(("L[", "G[")):
+        return None
+    attr = {"_modules", "_parameters", "_buffers"}
+    if any(k in attr for k in keys):
+        keys = keys[1:]  # the module itself (``self``)
+    keys = [k for k in keys if k not in attr]
+    return ".".join(keys) if keys else None
+
+
+def dynamo_input_names(gm: torch.fx.GraphModule) -> tuple[list[str], tuple[Any, Any] | None]:
+    """The user's name of each input of a Dynamo graph (parameter FQNs,
+    argument names; the placeholder name where Dynamo says nothing) and
+    its origin (:attr:`CompiledGraph.origin`; ``None`` if unknown). Cheap:
+    read once per graph at compile time."""
+    names = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        ga = n.meta.get("grapharg")
+        src = getattr(ga, "source", None)
+        try:
+            name = _source_name(src.name()) if src is not None else None
+        except Exception:  # a source kind without a plain name
+            name = None
+        names.append(name or n.name)
+    origin = None
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+        code = getattr(tx, "f_code", None)
+        owner = (getattr(tx, "f_locals", None) or {}).get("self")
+        if code is not None:
+            origin = (code, weakref.ref(owner) if isinstance(owner, torch.nn.Module) else None)
+    except Exception:  # not inside Dynamo's tracing (or a torch without it)
+        origin = None
+    return names, origin
+
+
+_AOT_INPUT = re.compile(r"primals_(\d+)|arg(\d+)_1")
+
+
+def name_inputs(graph: Any, names: list[str], origin: Any = None, aot: bool = True) -> None:
+    """Tell ``graph`` (a :class:`CompiledGraph`, or a split graph's pieces)
+    what its inputs are called: with ``aot``, AOTAutograd's ``primals_<k>``
+    / ``arg<k>_1`` placeholders are the Dynamo graph's inputs k-1 / k;
+    without, the placeholders are ``names`` in order (a train step)."""
+    for g in getattr(graph, "pieces", None) or [graph]:
+        if not isinstance(g, CompiledGraph):
+            continue
+        g.origin = origin
+        for i, p in enumerate(g.partition.placeholders):
+            k = None
+            if not aot:
+                k = i
+            elif (m := _AOT_INPUT.fullmatch(p)) is not None:
+                k = int(m[1]) - 1 if m[1] is not None else int(m[2])
+            if k is not None and 0 <= k < len(names):
+                g.input_names[p] = names[k]
