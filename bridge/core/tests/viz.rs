@@ -186,3 +186,26 @@ fn module_functions_and_calls() {
         .iter()
         .all(|n| n.producer.is_empty() || n.producer == "jax"));
 }
+
+#[test]
+fn module_inputs_are_named_by_their_locations() {
+    let text = r#"#loc1 = loc("bias")
+module {
+  func.func public @main(%arg0: tensor<4xf32> loc("x"), %arg1: tensor<4xf32> loc(#loc1), %arg2: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %arg0, %arg1 : tensor<4xf32>
+    %1 = stablehlo.add %0, %arg2 : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}
+"#;
+    let m = hlobridge::parse_module(text).unwrap();
+    let g = Graph::from_module(&m, "named.mlir").unwrap();
+    let inputs: Vec<&str> = g
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Input)
+        .map(|n| n.label.as_str())
+        .collect();
+    assert_eq!(inputs, ["x", "bias", "%arg2"]);
+    assert!(g.edges.iter().any(|e| e.label == "x"));
+}

@@ -11,7 +11,7 @@ mod dot;
 mod svg;
 
 use crate::error::{Error, Result};
-use crate::ir::{Attribute, Module, NamedAttr, OpId};
+use crate::ir::{AliasValue, Attribute, LocId, Location, Module, NamedAttr, OpId, TopItem};
 use crate::print::type_to_string;
 use crate::stitch::graph::{self, Def};
 use crate::stitch::sharding::port_sharding;
@@ -252,7 +252,8 @@ impl Graph {
     /// The picture of one module: every function as a box (coloured by the
     /// module's guessed producer), `func.call` edges between them, and the
     /// public entry's (`main`, else the first public function) parameters
-    /// and results as inputs and outputs.
+    /// and results as inputs and outputs (a parameter named by its
+    /// `loc("name")` where the module gives one, else `%argN`).
     pub fn from_module(m: &Module, title: &str) -> Result<Graph> {
         let funcs = functions(m);
         if funcs.is_empty() {
@@ -297,13 +298,17 @@ impl Graph {
             .unwrap_or(1);
         let e = &funcs[entry];
         let (params, results) = (&e.params, &e.results);
+        let arg_label = |i: usize| match e.arg_names.get(i) {
+            Some(Some(name)) => name.clone(),
+            _ => format!("%arg{i}"),
+        };
         let ins: Vec<usize> = params
             .iter()
             .enumerate()
             .map(|(i, (ty, _, _))| {
                 g.add_node(Node {
                     id: format!("in:arg{i}"),
-                    label: format!("%arg{i}"),
+                    label: arg_label(i),
                     detail: ty.clone(),
                     producer: String::new(),
                     kind: NodeKind::Input,
@@ -340,7 +345,7 @@ impl Graph {
             g.edges.push(Edge {
                 from: ins[i],
                 to: fnode[entry],
-                label: format!("%arg{i}"),
+                label: arg_label(i),
                 ty: ty.clone(),
                 donated: *donated,
                 sharded: *sharded,
@@ -412,6 +417,43 @@ struct FuncInfo {
     params: Vec<(String, bool, bool)>,
     /// Results: name, type, sharded.
     results: Vec<(String, String, bool)>,
+    /// Each parameter's `loc("name")`, where the module names it.
+    arg_names: Vec<Option<String>>,
+}
+
+/// The name a location gives (`loc("x")`, through `#loc` aliases and the
+/// first named member of a fused location); `None` for other locations.
+fn loc_name(m: &Module, l: LocId, depth: usize) -> Option<String> {
+    if depth > 8 {
+        return None;
+    }
+    match m.loc(l) {
+        Location::Name { name, .. } => Some(name.to_string()),
+        Location::Alias(a) => m.top.iter().find_map(|t| match t {
+            TopItem::Alias {
+                name,
+                value: AliasValue::Loc(target),
+            } if name == a => loc_name(m, *target, depth + 1),
+            _ => None,
+        }),
+        Location::Fused { locs, .. } => locs.iter().find_map(|&c| loc_name(m, c, depth + 1)),
+        _ => None,
+    }
+}
+
+/// The `loc("name")` of each argument of `f`'s entry block.
+fn arg_names(m: &Module, f: OpId) -> Vec<Option<String>> {
+    let Some(&region) = m.op(f).regions.first() else {
+        return Vec::new();
+    };
+    let Some(&block) = m.region(region).blocks.first() else {
+        return Vec::new();
+    };
+    m.block(block)
+        .args
+        .iter()
+        .map(|&v| m.value(v).loc.and_then(|l| loc_name(m, l, 0)))
+        .collect()
 }
 
 fn str_attr(m: &Module, op: OpId, name: &str) -> Option<String> {
@@ -483,6 +525,7 @@ fn functions(m: &Module) -> Vec<FuncInfo> {
             calls,
             params,
             results,
+            arg_names: arg_names(m, f),
         });
     }
     out
