@@ -190,6 +190,47 @@ pub fn fast_init(
     Ok(())
 }
 
+/// Tensor `t` (already matched against a cached entry's dtype and dims) as
+/// an [`Input`] of `nbytes` bytes: a zero-copy view when its data is
+/// aligned, holding the tensor's storage; else a copy, made later with the
+/// GIL released, so the storage is pushed on `unused_owners`, which the
+/// caller keeps until the call has run. `None`: the fast path misses (no
+/// storage, or a null pointer for non-empty data). Shared by this module
+/// and [`crate::graphcall`].
+///
+/// The storage keeps the memory alive if another thread swaps the tensor's
+/// storage (`set_`, `.data = ...`) while the GIL is released; it is taken
+/// before the pointer, with no Python code between.
+pub(crate) fn tensor_input<'py>(
+    t: &Bound<'py, PyAny>,
+    dims: Vec<i64>,
+    dtype: ElementType,
+    nbytes: usize,
+    unused_owners: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Option<Input>> {
+    let py = t.py();
+    let Ok(storage) = t.call_method0(intern!(py, "untyped_storage")) else {
+        return Ok(None);
+    };
+    let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    if ptr == 0 && nbytes > 0 {
+        return Ok(None);
+    }
+    let owner = if nbytes > 0 && ptr.is_multiple_of(VIEW_ALIGNMENT) {
+        Some(storage.unbind())
+    } else {
+        unused_owners.push(storage);
+        None
+    };
+    Ok(Some(Input {
+        ptr,
+        dims,
+        dtype,
+        nbytes,
+        owner,
+    }))
+}
+
 /// `(owner id, func)` of a callable: a bound method is keyed by its
 /// instance and underlying function, anything else by itself.
 fn owner_of<'py>(
@@ -303,32 +344,12 @@ pub fn fast_call<'py>(
     let mut inputs = Vec::with_capacity(n);
     let mut unused_owners = Vec::new();
     for (i, (t, _, dims)) in tensors.into_iter().enumerate() {
-        // The storage keeps the memory alive if another thread swaps the
-        // tensor's storage (`set_`, `.data = ...`) while the GIL is
-        // released. Taken before the pointer, with no Python code between.
-        let Ok(storage) = t.call_method0(intern!(py, "untyped_storage")) else {
+        let dtype = entry.elements[i];
+        let Some(input) = tensor_input(&t, dims, dtype, entry.nbytes[i], &mut unused_owners)?
+        else {
             return miss();
         };
-        let ptr: usize = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        let nbytes = entry.nbytes[i];
-        let view = nbytes > 0 && ptr.is_multiple_of(VIEW_ALIGNMENT);
-        if ptr == 0 && nbytes > 0 {
-            return miss();
-        }
-        let owner = if view {
-            Some(storage.unbind())
-        } else {
-            // Copied with the GIL released: the storage must live until then.
-            unused_owners.push(storage);
-            None
-        };
-        inputs.push(Input {
-            ptr,
-            dims,
-            dtype: entry.elements[i],
-            nbytes,
-            owner,
-        });
+        inputs.push(input);
     }
     let mut ran = run_counted(py, &entry.compiled.exe, inputs)?;
     drop(unused_owners);

@@ -34,7 +34,7 @@
 
 use crate::executable::{Compiled, Executable};
 use crate::execute::{run_counted, Input, VIEW_ALIGNMENT};
-use crate::fastcall::{guards, refs, torch_mode_active};
+use crate::fastcall::{guards, refs, tensor_input, torch_mode_active};
 use crate::receipt::{self, FastReceipt};
 use crate::stats;
 use pjrt_client::ElementType;
@@ -254,30 +254,11 @@ impl GraphCall {
         let mut inputs = Vec::with_capacity(n + self.constants.len());
         let mut unused_owners = Vec::new();
         for (k, a) in picked.iter().enumerate() {
-            // The storage keeps the memory alive if another thread swaps the
-            // tensor's storage while the GIL is released (as in
-            // crate::fastcall). Taken before the pointer.
-            let Ok(storage) = a.call_method0(intern!(py, "untyped_storage")) else {
+            let (dims, dtype, nbytes) = (self.shapes[k].clone(), self.elements[k], self.nbytes[k]);
+            let Some(input) = tensor_input(a, dims, dtype, nbytes, &mut unused_owners)? else {
                 return miss();
             };
-            let ptr: usize = a.call_method0(intern!(py, "data_ptr"))?.extract()?;
-            let nbytes = self.nbytes[k];
-            if ptr == 0 && nbytes > 0 {
-                return miss();
-            }
-            let owner = if nbytes > 0 && ptr.is_multiple_of(VIEW_ALIGNMENT) {
-                Some(storage.unbind())
-            } else {
-                unused_owners.push(storage);
-                None
-            };
-            inputs.push(Input {
-                ptr,
-                dims: self.shapes[k].clone(),
-                dtype: self.elements[k],
-                nbytes,
-                owner,
-            });
+            inputs.push(input);
         }
         for (c, k) in self.constants.iter().zip(n..) {
             let nbytes = self.nbytes[k];
