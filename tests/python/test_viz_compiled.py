@@ -10,6 +10,7 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_viz_
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,31 @@ def test_forward_and_backward_graphs_in_one_page(tmp_path: Path) -> None:
     text = check(hb.viz(model, tmp_path / "train.html"), set(), ("fc1.weight",))
     assert text.count("<svg") == 2
     assert "forward #" in text and "backward #" in text
+
+
+class Broken(torch.nn.Module):
+    """Two graphs: Dynamo breaks at the print."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        print(end="")  # graph break
+        return self.fc2(h)
+
+
+def test_graph_break_is_one_picture(tmp_path: Path) -> None:
+    model = torch.compile(Broken(), backend="hlobridge", dynamic=False)
+    other = torch.compile(Broken(), backend="hlobridge", dynamic=False)
+    with torch.no_grad():
+        model(torch.randn(2, 8))
+        other(torch.randn(3, 8))  # another instance: not in model's drawing
+    text = check(hb.viz(model, tmp_path / "broken.svg"), set(), ("fc1.weight", "fc2.weight"))
+    assert len(set(re.findall(r"inference #\d+", text))) == 2 and text.count("<svg") == 1
+    assert "tensor&lt;3x8xf32&gt;" not in text and "tensor&lt;2x8xf32&gt;" in text
 
 
 def test_compiled_function(tmp_path: Path) -> None:
