@@ -6,7 +6,36 @@ use pyo3::prelude::*;
 
 /// One segment as passed from Python:
 /// `(name, producer, module_text, entry, input_handles, output_handles)`.
-type SegmentSpec = (String, String, String, String, Vec<String>, Vec<String>);
+pub(crate) type SegmentSpec = (String, String, String, String, Vec<String>, Vec<String>);
+
+/// The stitch plan the Python side describes: `inputs` are `(name, type,
+/// donate)`, `outputs` handle names. The one place these tuples become a
+/// [`hlobridge::stitch::Program`] (`stitch` and `viz_programs` both call it).
+pub(crate) fn program_from_spec(
+    inputs: Vec<(String, String, bool)>,
+    segments: Vec<SegmentSpec>,
+    outputs: Vec<String>,
+) -> hlobridge::Result<hlobridge::stitch::Program> {
+    use hlobridge::stitch::{PlanInput, PlanOutput, Program, Segment};
+    let mut program = Program::new();
+    program.inputs = inputs
+        .into_iter()
+        .map(|(name, ty, donate)| PlanInput { name, ty, donate })
+        .collect();
+    for (name, producer, text, entry, ins, outs) in segments {
+        let seg = Segment::from_text(&name, &format!("<segment {name}>"), &text)?
+            .entry(&entry)
+            .inputs(&ins)
+            .outputs(&outs)
+            .producer(&producer);
+        program.segments.push(seg);
+    }
+    program.outputs = outputs
+        .into_iter()
+        .map(|handle| PlanOutput { handle, name: None })
+        .collect();
+    Ok(program)
+}
 
 /// Stitch `segments` into one module. `inputs` are `(name, type, donate)`;
 /// `outputs` are handle names.
@@ -20,24 +49,8 @@ pub fn stitch(
     inline: bool,
 ) -> PyResult<(String, String)> {
     let result = py.allow_threads(move || -> Result<(String, String), hlobridge::Error> {
-        use hlobridge::stitch::{stitch, PlanInput, PlanOutput, Program, Segment};
-        let mut program = Program::new().inline(inline);
-        program.inputs = inputs
-            .into_iter()
-            .map(|(name, ty, donate)| PlanInput { name, ty, donate })
-            .collect();
-        for (name, producer, text, entry, ins, outs) in segments {
-            let seg = Segment::from_text(&name, &format!("<segment {name}>"), &text)?
-                .entry(&entry)
-                .inputs(&ins)
-                .outputs(&outs)
-                .producer(&producer);
-            program.segments.push(seg);
-        }
-        program.outputs = outputs
-            .into_iter()
-            .map(|handle| PlanOutput { handle, name: None })
-            .collect();
+        use hlobridge::stitch::stitch;
+        let program = program_from_spec(inputs, segments, outputs)?.inline(inline);
         let t0 = std::time::Instant::now();
         let fused = stitch(&program)?;
         tracing::info!(

@@ -8,12 +8,10 @@
 //! in one `.svg`/`.dot` are drawn side by side in one picture, their nodes
 //! prefixed by the program's label. The GIL is released while drawing.
 
-use hlobridge::stitch::{PlanInput, PlanOutput, Program, Segment};
 use hlobridge::viz::{Graph, NodeKind};
 use pyo3::prelude::*;
 
-/// One segment: `(name, producer, module_text, entry, input_handles, output_handles)`.
-type SegmentSpec = (String, String, String, String, Vec<String>, Vec<String>);
+use crate::stitch::{program_from_spec, SegmentSpec};
 
 /// One program: `(label, inputs (name, type, donate), segments, output handles)`.
 type ProgramSpec = (
@@ -25,23 +23,7 @@ type ProgramSpec = (
 
 fn graph_of(spec: ProgramSpec) -> hlobridge::Result<Graph> {
     let (label, inputs, segments, outputs) = spec;
-    let mut program = Program::new();
-    program.inputs = inputs
-        .into_iter()
-        .map(|(name, ty, donate)| PlanInput { name, ty, donate })
-        .collect();
-    for (name, producer, text, entry, ins, outs) in segments {
-        let seg = Segment::from_text(&name, &format!("<segment {name}>"), &text)?
-            .entry(&entry)
-            .inputs(&ins)
-            .outputs(&outs)
-            .producer(&producer);
-        program.segments.push(seg);
-    }
-    program.outputs = outputs
-        .into_iter()
-        .map(|handle| PlanOutput { handle, name: None })
-        .collect();
+    let program = program_from_spec(inputs, segments, outputs)?;
     Graph::from_program(&program, &label)
 }
 
