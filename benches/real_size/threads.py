@@ -62,21 +62,13 @@ def worker(rows: int, rounds: int, iters: int) -> dict[str, float]:
         return hb_part(eager_part(x))
 
     loops = {"eager": eager, "hlobridge": hb, "mixed": mixed}
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from timing import interleaved  # the project's interleaved-rounds timer
+
     with torch.no_grad():
-        for fn in loops.values():
-            for _ in range(3):
-                fn()
-        times: dict[str, list[float]] = {k: [] for k in loops}
-        order = list(loops.items())
-        rng = random.Random(1)
-        for _ in range(rounds):
-            rng.shuffle(order)
-            for k, fn in order:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    float(fn()[0, 0])
-                times[k].append((time.perf_counter() - t0) / iters * 1e3)
-    out = {k: statistics.median(v) for k, v in times.items()}
+        stats = interleaved({k: (lambda fn=fn: float(fn()[0, 0])) for k, fn in loops.items()},
+                            reps=rounds, batch=iters, warmup=3)
+    out: dict[str, float] = {k: v["median_us"] / 1e3 for k, v in stats.items()}
     out["torch_threads"] = torch.get_num_threads()
     return out
 
