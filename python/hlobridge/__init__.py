@@ -34,6 +34,7 @@ _PUBLIC: dict[str, str] = {
     **dict.fromkeys(("compile_for", "TargetExecutable"), "hlobridge._src.compile_for"),
     **dict.fromkeys(("compile_train_step", "TrainStep"), "hlobridge._src.train_step"),
     "viz": "hlobridge._src.viz",
+    **dict.fromkeys(("call_torch", "torch_module"), "hlobridge._src.call_torch"),
     # public submodules; `hb.export(...)` calls the module (hlobridge/export.py)
     **dict.fromkeys(("devices", "distributed", "dynamo", "errors", "export", "ops", "optim",
                      "pallas", "serve", "spmd", "tpu_adapter"), _MODULE),

@@ -22,6 +22,7 @@ from hlobridge._src.stitching import stitch_program as stitch_program
 from hlobridge._src.compile_for import TargetExecutable as TargetExecutable, compile_for as compile_for
 from hlobridge._src.train_step import TrainStep as TrainStep, compile_train_step as compile_train_step
 from hlobridge._src.viz import viz as viz
+from hlobridge._src.call_torch import call_torch as call_torch, torch_module as torch_module
 from hlobridge import (
     devices as devices,
     distributed as distributed,

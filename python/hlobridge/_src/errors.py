@@ -37,6 +37,7 @@ BridgeError
 │   ├── DataDependentError            a shape/value depends on tensor data
 │   ├── InputMutationError            the graph mutates an input in place
 │   └── DistributedNotSupportedError  DDP/FSDP/DTensor setups hlobridge would run wrong
+├── CallTorchError        hb.call_torch / hb.torch_module cannot capture or embed a torch function
 ├── PallasLoweringError   a Pallas kernel cannot be lowered (.kernel, .target, .reason)
 ├── DistributedInitError  hlobridge.distributed cannot start JAX's runtime
 ├── JaxVersionError       the installed JAX lacks what hlobridge.spmd relies on
@@ -66,6 +67,7 @@ __all__ = [
     "ArtifactVersionError",
     "BridgeError",
     "BufferDeletedError",
+    "CallTorchError",
     "CapturedTensorError",
     "CollectiveNotSupportedError",
     "CollectiveRewriteError",
@@ -272,6 +274,12 @@ class CollectiveNotSupportedError(UnsupportedOpError):
     or its lowering ``stablehlo.all_reduce``/``all_gather``/...) in a graph
     hlobridge would compile for one device, where it does nothing. The
     message names the op(s) and says what to do instead."""
+
+
+class CallTorchError(BridgeError):
+    """:func:`hlobridge.call_torch` or :func:`hlobridge.torch_module` cannot
+    capture the torch function for these inputs, or cannot embed it in the
+    JAX program (the message says which and why)."""
 
 
 class PallasLoweringError(BridgeError):

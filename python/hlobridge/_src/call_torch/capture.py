@@ -1,0 +1,304 @@
+"""Capturing a torch function as one StableHLO module, for given input types.
+
+A :class:`TorchFn` is a *flat* torch function (tensors in, a list of tensors
+out) with a hashable identity. :meth:`TorchFn.capture` turns it into a
+:class:`Capture` for one input signature ``[(shape, torch dtype), ...]``:
+
+1. ``make_fx`` traces the function on fake tensors, functionalized (no
+   in-place ops, no views), with the decomposition table the
+   ``torch.compile`` backend uses (:func:`hlobridge._src.dynamo.engine.decompositions`)
+   and attention in its math formulation, as the backend does;
+2. the FX graph goes through the backend's own lowering, unchanged:
+   :func:`~hlobridge._src.dynamo.partition.partition` (split at
+   ``hlobridge::call_jax`` nodes, refusal of random ops, data-dependent
+   shapes and input mutation), the lowering engine for torch pieces, ``jax.jit``
+   for JAX pieces (:class:`~hlobridge._src.dynamo.program.CompiledGraph`'s
+   ``_lower_torch`` / ``_lower_jax``), and the Rust stitcher for the one
+   ``@main``. Nothing is compiled here: the module is embedded into the
+   caller's JAX program (:mod:`hlobridge._src.call_torch.embed`), which XLA
+   compiles as a whole.
+
+Caching, as ``call_jax``: a capture is kept per ``TorchFn`` and signature
+(:meth:`TorchFn.capture`); below that, the lowered module is kept by the
+*content* of the traced graph (its code, the values of its constants, the
+signature), so a function defined again with the same body costs one
+``make_fx`` trace and no second lowering. :func:`stats` counts both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from hlobridge._src.errors import BridgeError, CallTorchError
+
+__all__ = ["Capture", "Spec", "TorchFn", "clear", "stats"]
+
+Spec = tuple[tuple[int, ...], torch.dtype]
+"""One input or output type: ``(shape, torch dtype)``."""
+
+_lock = threading.RLock()
+_by_content: dict[Hashable, Capture] = {}
+_stats = {"traces": 0, "lowerings": 0, "content_hits": 0, "hits": 0}
+
+
+def stats() -> dict[str, int]:
+    """``traces`` (``make_fx`` runs: a new function or signature),
+    ``lowerings`` (graphs lowered to StableHLO), ``content_hits`` (traces
+    whose graph was lowered before) and ``hits`` (captures served from a
+    ``TorchFn``'s own table without tracing)."""
+    with _lock:
+        return dict(_stats)
+
+
+def clear() -> None:
+    """Forget the content-keyed captures and zero :func:`stats` (each
+    ``TorchFn`` keeps its own table while it lives)."""
+    with _lock:
+        _by_content.clear()
+        for k in _stats:
+            _stats[k] = 0
+
+
+@dataclass
+class Capture:
+    """A torch function lowered for one signature."""
+
+    text: str
+    """The stitched module; ``@main`` takes the inputs named by
+    :attr:`arg_index` then :attr:`constants`."""
+    arg_index: list[int]
+    """Flat input position of each leading ``@main`` parameter (unused
+    inputs are left out)."""
+    constants: list[np.ndarray]
+    """Values of the trailing ``@main`` parameters (tensors the graph holds,
+    constants the engine created)."""
+    outputs: list[tuple[str, int]]
+    """Each flat output: ``("prog", k)`` (result ``k`` of ``@main``) or
+    ``("arg", i)`` (flat input ``i`` returned as it is)."""
+    out_specs: list[Spec]
+    name: str = "torch"
+    cache: dict[str, Any] = field(default_factory=dict)
+    """What :mod:`~hlobridge._src.call_torch.embed` derives from it once
+    (the ``jax.export.Exported``)."""
+
+
+class _Shim:
+    """What ``CompiledGraph._lower_torch`` / ``_lower_jax`` read of ``self``."""
+
+    def __init__(self, label: str) -> None:
+        from hlobridge import _native
+
+        self.label = label
+        self.platform = _native.runtime().platform
+
+
+class TorchFn:
+    """A flat torch function ``flat(*tensors) -> list[tensor]`` with an
+    identity ``key`` (what makes two ``TorchFn`` s the same function) and a
+    display ``name``. Derived functions (:meth:`vmapped`, :meth:`vjp`) are
+    made once and kept."""
+
+    def __init__(self, flat: Callable[..., list[torch.Tensor]], key: Hashable, name: str) -> None:
+        self.flat = flat
+        self.key = key
+        self.name = name
+        self._captures: dict[tuple[Spec, ...], Capture] = {}
+        self._derived: dict[Hashable, TorchFn] = {}
+        self.jax_cache: dict[str, Any] = {}
+        """The JAX callables :mod:`~hlobridge._src.call_torch.vjp` builds
+        around this function (made once per ``TorchFn``)."""
+
+    # -- derived functions ----------------------------------------------------
+    def vmapped(self, in_dims: tuple[int | None, ...]) -> TorchFn:
+        """This function under ``torch.func.vmap`` (batch axis 0 of every
+        output): how ``jax.vmap`` re-captures at the batched shape."""
+        key = ("vmap", in_dims)
+        with _lock:
+            got = self._derived.get(key)
+            if got is None:
+                inner = self.flat
+
+                def batched(*a: torch.Tensor) -> list[torch.Tensor]:
+                    return list(torch.func.vmap(lambda *x: tuple(inner(*x)), in_dims=in_dims,
+                                                out_dims=0)(*a))
+
+                got = self._derived[key] = TorchFn(batched, (self.key, key),
+                                                   f"{self.name} (vmap)")
+            return got
+
+    def vjp(self, n_in: int, diff: tuple[bool, ...], out_diff: tuple[bool, ...]) -> TorchFn:
+        """The torch backward of this function as a function of its own:
+        ``(*primals, *cotangents of the out_diff outputs)`` -> the gradients
+        of the ``diff`` inputs, traced through ``torch.func.vjp`` (torch
+        autograd, recomputing the forward in the same program)."""
+        key = ("vjp", n_in, diff, out_diff)
+        with _lock:
+            got = self._derived.get(key)
+            if got is None:
+                inner = self.flat
+                diff_idx = [i for i, d in enumerate(diff) if d]
+
+                def backward(*a: torch.Tensor) -> list[torch.Tensor]:
+                    primals, cts = list(a[:n_in]), a[n_in:]
+
+                    def fwd(*d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                        full = list(primals)
+                        for i, t in zip(diff_idx, d):
+                            full[i] = t
+                        outs = inner(*full)
+                        return tuple(o for o, keep in zip(outs, out_diff) if keep)
+
+                    _, pull = torch.func.vjp(fwd, *[primals[i] for i in diff_idx])
+                    return list(pull(tuple(cts)))
+
+                got = self._derived[key] = TorchFn(backward, (self.key, key),
+                                                   f"{self.name} (vjp)")
+            return got
+
+    # -- capture ---------------------------------------------------------------
+    def capture(self, specs: list[Spec]) -> Capture:
+        """The capture for inputs of these types (see the module docs)."""
+        sig = tuple((tuple(int(d) for d in s), dt) for s, dt in specs)
+        with _lock:
+            got = self._captures.get(sig)
+            if got is not None:
+                _stats["hits"] += 1
+                return got
+            gm = self._trace(sig)
+            ckey = _content_key(gm, sig)
+            got = _by_content.get(ckey)
+            if got is None:
+                got = _lower(gm, sig, self.name)
+                _by_content[ckey] = got
+            else:
+                _stats["content_hits"] += 1
+            self._captures[sig] = got
+            return got
+
+    def _trace(self, sig: tuple[Spec, ...]) -> torch.fx.GraphModule:
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from hlobridge._src.dynamo.engine import decompositions
+
+        _stats["traces"] += 1
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        # Fake inputs; tensors the function closes over (a module's
+        # parameters) stay real and become graph constants.
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        examples = [mode.from_tensor(torch.empty(s, dtype=dt)) for s, dt in sig]
+        fn = torch.func.functionalize(self.flat, remove="mutations_and_views")
+        try:
+            with sdpa_kernel([SDPBackend.MATH]), mode:
+                gm = make_fx(fn, decomposition_table=decompositions(),
+                             tracing_mode="real")(*examples)
+                if _mutates(gm):
+                    # A decomposition wrote in place (the backend's BatchNorm
+                    # running statistics: ``copy_`` into a buffer's clone);
+                    # decompositions run below functionalization, so
+                    # functionalize the decomposed graph once more.
+                    again = torch.func.functionalize(gm, remove="mutations_and_views")
+                    gm = make_fx(again, tracing_mode="real")(*examples)
+        except BridgeError:
+            raise
+        except Exception as e:
+            raise CallTorchError(f"hb.call_torch: tracing {self.name} for inputs "
+                                 f"{_describe(sig)} failed: {type(e).__name__}: {e}") from e
+        return gm
+
+
+def _mutates(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False
+
+
+def _describe(sig: tuple[Spec, ...] | list[Spec]) -> str:
+    return "(" + ", ".join(f"{str(dt).removeprefix('torch.')}{list(s)}" for s, dt in sig) + ")"
+
+
+def _content_key(gm: torch.fx.GraphModule, sig: tuple[Spec, ...]) -> Hashable:
+    """The traced graph's code, the bytes of the tensors it holds and the
+    signature."""
+    h = hashlib.sha256(gm.code.encode())
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, str(node.target))
+            if isinstance(value, torch.Tensor):
+                v = value.detach().cpu().contiguous()
+                h.update(f"{node.target}:{v.dtype}:{list(v.shape)}".encode())
+                h.update(v.view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+    return (h.hexdigest(), sig)
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _lower(gm: torch.fx.GraphModule, sig: tuple[Spec, ...], name: str) -> Capture:
+    """Lower a traced graph with the ``torch.compile`` backend's pieces."""
+    from hlobridge import _native
+    from hlobridge._src.dynamo.partition import TorchPiece, partition
+    from hlobridge._src.dynamo.program import CompiledGraph, _mlir_type
+
+    _stats["lowerings"] += 1
+    shim: Any = _Shim(f"call_torch {name}")
+    try:
+        part = partition(gm)
+        types_: dict[str, Spec] = dict(zip(part.placeholders, sig))
+        consts: dict[str, torch.Tensor] = dict(part.constants)
+        for n, c in consts.items():
+            types_[n] = (tuple(c.shape), c.dtype)
+        segs: list[tuple[str, str, str, str, list[str], list[str]]] = []
+        engines: list[str] = []
+        for piece in part.pieces:
+            if isinstance(piece, TorchPiece):
+                seg = CompiledGraph._lower_torch(shim, piece, types_, consts, segs, engines)
+            else:
+                seg = CompiledGraph._lower_jax(shim, piece, types_)
+            segs.append(seg)
+            engines.append("piece")
+    except BridgeError:
+        raise
+    except Exception as e:
+        raise CallTorchError(f"hb.call_torch: lowering {name} for inputs {_describe(sig)} "
+                             f"failed: {type(e).__name__}: {e}") from e
+    placeholder_pos = {n: i for i, n in enumerate(part.placeholders)}
+    used_args = [i for i, n in enumerate(part.placeholders) if any(n in s[4] for s in segs)]
+    used_consts = [n for n in consts if any(n in s[4] for s in segs)]
+    prog_out: list[str] = []
+    outputs: list[tuple[str, int]] = []
+    for h in part.outputs:
+        if h is None:
+            raise CallTorchError(f"hb.call_torch: {name} returns None where a tensor belongs")
+        if h in placeholder_pos:
+            outputs.append(("arg", placeholder_pos[h]))
+        else:
+            if h not in prog_out:
+                prog_out.append(h)
+            outputs.append(("prog", prog_out.index(h)))
+    inputs = [(part.placeholders[i], _mlir_type(types_[part.placeholders[i]]), False)
+              for i in used_args]
+    inputs += [(n, _mlir_type(types_[n]), False) for n in used_consts]
+    text, _report = _native.stitch(inputs, segs, prog_out)
+    out_specs = [types_[h] if h not in placeholder_pos else sig[placeholder_pos[h]]
+                 for h in part.outputs]
+    return Capture(text=text, arg_index=used_args,
+                   constants=[_to_numpy(consts[n]) for n in used_consts],
+                   outputs=outputs, out_specs=out_specs, name=name)
+

@@ -1,0 +1,67 @@
+"""Gradients of an embedded torch function: a ``jax.custom_vjp`` whose
+backward is the torch backward, captured and embedded like the forward.
+
+- forward: the embedded capture (:func:`~hlobridge._src.call_torch.embed.embedded`);
+  the residuals are the flat inputs themselves;
+- backward: :meth:`TorchFn.vjp` -- the torch function under
+  ``torch.func.vjp`` (torch autograd, the same derivative formulas eager
+  torch uses), traced by ``make_fx`` with the backend's decompositions,
+  lowered the same way and embedded into the same JAX program. It
+  recomputes the forward inside the backward module; under ``jax.jit`` both
+  are in one XLA program, where the recomputation is XLA's to simplify.
+
+Only floating (and complex) inputs get gradients; integer and bool inputs
+get none (``None``, JAX's symbolic zero). Cotangents of integer outputs are
+dropped. Under ``jax.vmap`` both the forward and the backward re-capture at
+the batched shape (each is a ``custom_vmap`` function). Forward-mode
+differentiation (``jax.jvp``, ``jax.jacfwd``) is not supported:
+``custom_vjp`` functions have none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from hlobridge._src.call_torch.capture import TorchFn
+from hlobridge._src.call_torch.embed import embedded
+
+__all__ = ["differentiable"]
+
+
+def _is_float(x: Any) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+def differentiable(tfn: TorchFn) -> Callable[..., tuple[Any, ...]]:
+    """``f(*arrays) -> tuple of arrays`` with the torch backward as its VJP
+    (made once per ``TorchFn``)."""
+    got = tfn.jax_cache.get("differentiable")
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    fwd_call = embedded(tfn)
+
+    @jax.custom_vjp
+    def call(*arrays: Any) -> tuple[Any, ...]:
+        return fwd_call(*arrays)
+
+    def fwd(*arrays: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return fwd_call(*arrays), arrays
+
+    def bwd(res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        primals = res
+        diff = tuple(_is_float(a) for a in primals)
+        out_diff = tuple(_is_float(c) and c.dtype != jax.dtypes.float0 for c in cts)
+        if not any(diff):
+            return tuple(None for _ in primals)
+        back = embedded(tfn.vjp(len(primals), diff, out_diff))
+        kept = [c for c, keep in zip(cts, out_diff) if keep]
+        grads = iter(back(*primals, *kept))
+        return tuple(next(grads) if d else None for d in diff)
+
+    call.defvjp(fwd, bwd)
+    tfn.jax_cache["differentiable"] = call
+    return call  # type: ignore[no-any-return]
