@@ -7,7 +7,7 @@ export INSTA_UPDATE ?= no
 export PJRT_DEVICE ?= CPU
 
 .PHONY: help setup demo test test-rust test-tch test-python test-1core test-nodonate test-1core-nodonate soak \
-	bench bench-quick bench-criterion bench-real fmt
+	bench bench-quick bench-criterion bench-real fmt sweep sweep-inductor
 
 help:
 	@echo "make help                 # this list"
@@ -25,6 +25,8 @@ help:
 	@echo "make bench-quick          # a short end-to-end bench -> bench-results/quick"
 	@echo "make bench-criterion      # the cargo criterion benches (parse/print, stitch, execute)"
 	@echo "make bench-real           # real-size models vs eager and inductor, thread settings (~30 min, quiet machine) -> docs/bench/real/"
+	@echo "make sweep                # op sweep: op_db x dtypes, fwd+bwd, vs eager (sharded, resumable; hours) -> docs/op_numerics.md"
+	@echo "make sweep-inductor       # the same sweep through inductor (its counts beside ours in the report)"
 	@echo "make fmt                  # cargo fmt --all"
 
 setup:
@@ -93,6 +95,25 @@ bench-criterion: setup
 	.venv/bin/python tests/tools/gen_big_module.py --layers 12 --out .cache/big/transformer12_train.mlir
 	cargo bench -p hlobridge
 	cargo bench -p pjrt-client
+
+# Not part of `make test` (its subset is: tests/python/test_op_sweep_subset.py).
+# Resumable: rerun to continue. SWEEP_SHARDS shards run one after another at
+# low priority; one shard alone: scripts/op_sweep.py --shard 3/8. SWEEP_ARGS
+# adds options (e.g. --dtypes float32,int32). Fails on an unlisted failure or
+# a stale entry of tests/python/op_expected_failures.toml. docs/op_numerics.md.
+SWEEP_SHARDS ?= 8
+SWEEP_ARGS ?=
+sweep: setup
+	for i in $$(seq 0 $$(($(SWEEP_SHARDS) - 1))); do \
+		nice -n 19 .venv/bin/python scripts/op_sweep.py --shard $$i/$(SWEEP_SHARDS) --report '' $(SWEEP_ARGS) || exit 1; \
+	done
+	.venv/bin/python scripts/op_sweep.py --report-only --check
+
+sweep-inductor: setup
+	for i in $$(seq 0 $$(($(SWEEP_SHARDS) - 1))); do \
+		nice -n 19 .venv/bin/python scripts/op_sweep.py --backend inductor --shard $$i/$(SWEEP_SHARDS) --report '' $(SWEEP_ARGS) || exit 1; \
+	done
+	.venv/bin/python scripts/op_sweep.py --report-only
 
 fmt:
 	cargo fmt --all

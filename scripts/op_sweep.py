@@ -1,365 +1,70 @@
 #!/usr/bin/env python3
-"""Differential numerics sweep of the torch lowering: every op of torch's
-OpInfo database run through ``torch.compile(backend="hlobridge")`` and
-compared with eager torch.
+"""The op sweep (``make sweep``): every entry of torch's OpInfo database
+(``op_db``, variants included) x every dtype it supports on CPU among
+:data:`DTYPES`, each sample run through ``torch.compile(backend=...,
+fullgraph=True, dynamic=False)`` and compared with eager torch, forward
+(``fwd``) and, for ops and dtypes with a backward, with autograd on
+(``bwd``: outputs and the gradients of a random cotangent). The comparison
+and the statuses are ``scripts/op_sweep_harness.py``'s; the expected-failure
+file and its check ``scripts/op_sweep_expect.py``'s; the report
+(``docs/op_numerics.md``) ``scripts/op_sweep_report.py``'s.
 
-For each sample (``op.sample_inputs``, the first ``--samples`` per op and
-dtype) the op runs three ways on the same inputs: compiled by hlobridge,
-eager in the sample's dtype, and eager in float64 (floating inputs upcast,
-which is exact). The error of a result is its largest difference from the
-float64 one relative to the float64 result's largest finite magnitude. A
-sample is *flagged* when
+Samples: the first ``--samples`` of ``op.sample_inputs`` (``make_tensor``
+under a seed made from op, variant and dtype, so every run, and the subset
+``tests/python/test_op_sweep_subset.py``, sees the same inputs).
 
-* hlobridge's error exceeds ``FACTOR`` times eager's own error and the
-  dtype's floor (``FLOORS``: well above ulp-level reduction-order noise);
-* a result's shape, dtype or count differs from eager's;
-* a result has NaN/Inf where eager has a finite value, or loses a NaN that
-  eager produces;
-* an integer/bool result differs from eager's at all (ties broken
-  differently, overflow, ...).
+Sharded and resumable: ``--shard i/n`` takes the ops whose index in op_db is
+``i`` mod ``n``; every sample's row is appended to
+``<out-dir>/<backend>-<i>of<n>.jsonl`` as soon as it is done, and a restart
+skips the rows already there. A watchdog process runs the work in a child
+process: a sample that runs past ``--timeout-s`` (a hang in native code that
+no signal reaches) or kills the process is recorded as ``timeout`` /
+``crash`` and the child restarts after it. The child also restarts every
+``--recycle`` cases, which bounds its memory.
 
-The same checks run on the gradients of ``sum(out * w)`` (``w`` random) for
-ops that support autograd. A named backend error (``UnsupportedOpError``,
-``DataDependentError``, any ``BridgeError``) counts as *unsupported*; an
-error of Dynamo/AOTAutograd itself, or of eager torch, as *skipped*.
-
-The harness (:func:`run_sample`) is also what ``tests/python/
-test_op_numerics.py`` runs on its curated cases. Run the full sweep (not in
-CI; ~1 h on 2 cores; needs ``pip install expecttest`` for torch's OpInfo
-module)::
-
-    PJRT_DEVICE=CPU .venv/bin/python scripts/op_sweep.py          # -> docs/op_numerics.md
-    PJRT_DEVICE=CPU .venv/bin/python scripts/op_sweep.py --ops sum,cumsum --dtypes float32,int32
+    pip install expecttest                          # torch's OpInfo module needs it
+    nice -n 19 .venv/bin/python scripts/op_sweep.py --shard 0/8            # one shard, all dtypes
+    .venv/bin/python scripts/op_sweep.py --ops sum,cumsum --dtypes float32,int32 --out-dir /tmp/s
+    .venv/bin/python scripts/op_sweep.py --report-only --check           # report + expectations
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
+import subprocess
 import sys
 import time
-import traceback
-import warnings
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
-import torch  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
+import op_sweep_expect as expect  # noqa: E402
+from op_sweep_harness import FAILURES, Outcome, first_line, run_sample  # noqa: E402,F401
 
-FACTOR = 30.0
-"""hlobridge may be this many times eager's own error before a flag."""
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "docs" / "op_numerics"
 
-FLOORS = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2,
-          torch.float16: 4e-3, torch.complex64: 1e-5, torch.complex128: 1e-12}
-"""Errors below these (relative to the result's largest value) are never
-flagged: ulp-level differences of reduction order and of XLA's transcendental
-approximations."""
-
-_LOW = (torch.float16, torch.bfloat16, torch.float32)
-
-
-@dataclass
-class Outcome:
-    """The verdict on one sample."""
-
-    status: str
-    """``pass``, ``flag``, ``unsupported`` (a named hlobridge error),
-    ``error`` (the backend failed with another error) or ``skip`` (eager or
-    Dynamo refused the sample)."""
-    detail: str = ""
-    err: float = 0.0
-    """hlobridge's largest error (relative to float64) over the results."""
-    own: float = 0.0
-    """Eager's own error on the result where ``err`` was measured."""
-
-
-@dataclass
-class _Cmp:
-    problems: list[str] = field(default_factory=list)
-    err: float = 0.0
-    own: float = 0.0
-
-
-def _upcast(t: Any) -> Any:
-    if isinstance(t, torch.Tensor):
-        if t.dtype in _LOW:
-            return t.detach().double().requires_grad_(t.requires_grad)
-        if t.dtype == torch.complex64:
-            return t.detach().to(torch.complex128).requires_grad_(t.requires_grad)
-    return t
-
-
-def _fresh(t: Any) -> Any:
-    """A clone (same requires_grad) so that no run sees another's mutations."""
-    if isinstance(t, torch.Tensor):
-        return t.detach().clone().requires_grad_(t.requires_grad)
-    return t
-
-
-def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
-    """Largest difference over the positions where both are finite, relative
-    to the reference's largest finite magnitude (absolute where that is 0)."""
-    a64 = a.detach().to(torch.complex128 if a.is_complex() or ref.is_complex()
-                        else torch.float64)
-    r64 = ref.detach().to(a64.dtype)
-    ok = torch.isfinite(a64) & torch.isfinite(r64)
-    if not bool(ok.any()):
-        return 0.0
-    scale = float(r64[ok].abs().max()) or 1.0
-    return float((a64[ok] - r64[ok]).abs().max()) / scale
-
-
-def _compare_tensor(got: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor | None,
-                    what: str, out: _Cmp) -> None:
-    if got.shape != eager.shape or got.dtype != eager.dtype:
-        out.problems.append(f"{what}: {tuple(got.shape)} {got.dtype} where eager gives "
-                            f"{tuple(eager.shape)} {eager.dtype}")
-        return
-    if got.numel() == 0:
-        return
-    if not (eager.is_floating_point() or eager.is_complex()):
-        if not torch.equal(got, eager):
-            bad = int((got != eager).sum())
-            out.problems.append(f"{what}: {bad} of {got.numel()} {got.dtype} values differ "
-                                f"from eager")
-        return
-    g_fin, e_fin = torch.isfinite(got), torch.isfinite(eager)
-    if bool((e_fin & ~g_fin).any()):
-        n = int((e_fin & ~g_fin).sum())
-        out.problems.append(f"{what}: {n} NaN/Inf where eager is finite")
-    g_nan, e_nan = torch.isnan(got), torch.isnan(eager)
-    if bool((e_nan & ~g_nan).any()):
-        n = int((e_nan & ~g_nan).sum())
-        out.problems.append(f"{what}: {n} NaN of eager's lost")
-    e_inf = torch.isinf(eager)
-    if bool((e_inf & ~(torch.isinf(got) & (got == eager))).any()):
-        out.problems.append(f"{what}: an Inf of eager's differs")
-    if ref is None or ref.shape != got.shape:
-        ref_own, err = 0.0, _rel_err(got, eager)
-        own = 0.0
-    else:
-        err, own = _rel_err(got, ref), _rel_err(eager, ref)
-        ref_own = own
-    floor = FLOORS.get(got.dtype, 1e-5)
-    if err > max(FACTOR * ref_own, floor):
-        out.problems.append(f"{what}: error {err:.3g} vs float64 where eager's is {own:.3g}")
-    if err > out.err:
-        out.err, out.own = err, own
-
-
-def _compare(got: Any, eager: Any, ref: Any, what: str, out: _Cmp) -> None:
-    g_leaves, g_spec = pytree.tree_flatten(got)
-    e_leaves, e_spec = pytree.tree_flatten(eager)
-    r_leaves = pytree.tree_flatten(ref)[0] if ref is not None else [None] * len(e_leaves)
-    if g_spec != e_spec or len(r_leaves) != len(e_leaves):
-        if g_spec != e_spec:
-            out.problems.append(f"{what}: structure {g_spec} where eager gives {e_spec}")
-            return
-        r_leaves = [None] * len(e_leaves)
-    for i, (g, e, r) in enumerate(zip(g_leaves, e_leaves, r_leaves)):
-        name = f"{what}[{i}]" if len(e_leaves) > 1 else what
-        if isinstance(e, torch.Tensor):
-            if not isinstance(g, torch.Tensor):
-                out.problems.append(f"{name}: {type(g).__name__} where eager gives a tensor")
-                continue
-            _compare_tensor(g, e, r if isinstance(r, torch.Tensor) else None, name, out)
-        elif g != e and not (isinstance(e, float) and math.isnan(e) and g != g):
-            out.problems.append(f"{name}: {g!r} where eager gives {e!r}")
-
-
-def _is_backend_error(e: BaseException) -> BaseException | None:
-    """The hlobridge error inside a (possibly wrapped) compile failure."""
-    from hlobridge import BridgeError
-
-    seen = 0
-    cur: BaseException | None = e
-    while cur is not None and seen < 8:
-        if isinstance(cur, BridgeError):
-            return cur
-        cur = getattr(cur, "inner_exception", None) or cur.__cause__ or cur.__context__
-        seen += 1
-    return None
-
-
-def _grads(outs: Any, ins: list[torch.Tensor], ws: list[torch.Tensor]) -> list[Any]:
-    leaves = [o for o in pytree.tree_flatten(outs)[0]
-              if isinstance(o, torch.Tensor) and o.requires_grad]
-    if not leaves:
-        return []
-    ws = [w.to(o.dtype) for w, o in zip(ws, leaves)]
-    return list(torch.autograd.grad(leaves, ins, ws, allow_unused=True))
-
-
-def run_sample(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
-               *, grad: bool = False, reference: bool = True, seed: int = 0) -> Outcome:
-    """Run ``fn(*args, **kwargs)`` compiled by hlobridge, eagerly, and
-    eagerly in float64 (if ``reference``), and compare (module docs). Tensor
-    leaves of ``args``/``kwargs`` become inputs of the compiled function;
-    with ``grad``, floating ones that require grad get gradients too."""
-    from torch._dynamo.exc import BackendCompilerFailed
-
-    kwargs = kwargs or {}
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    t_pos = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-
-    def call(*ts: torch.Tensor) -> Any:
-        vals = list(leaves)
-        for i, t in zip(t_pos, ts):
-            vals[i] = t
-        a, k = pytree.tree_unflatten(vals, spec)
-        return fn(*a, **k)
-
-    tensors = [leaves[i] for i in t_pos]
-    if grad:
-        tensors = [t.detach().requires_grad_(t.requires_grad or (
-            t.is_floating_point() and t.dtype != torch.float64 and t.numel() > 0))
-            for t in tensors]
-    else:
-        tensors = [t.detach() for t in tensors]
-
-    def run(f: Callable[..., Any], ts: list[torch.Tensor]) -> tuple[Any, list[Any]]:
-        ts = [_fresh(t) for t in ts]
-        out = f(*ts)
-        if not grad:
-            return out, []
-        ins = [t for t in ts if t.requires_grad]
-        leaves_out = [o for o in pytree.tree_flatten(out)[0]
-                      if isinstance(o, torch.Tensor) and o.requires_grad]
-        if not ins or not leaves_out:
-            return out, []
-        gen = torch.Generator().manual_seed(seed + 1)
-        ws = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in leaves_out]
-        g = _grads(out, ins, ws)
-        return out, g
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            eager, eager_g = run(call, tensors)
-    except Exception as e:  # noqa: BLE001  (eager torch refuses the sample)
-        return Outcome("skip", f"eager: {type(e).__name__}: {_first_line(e)}")
-    ref = ref_g = None
-    if reference:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                ref, ref_g = run(call, [_upcast(t) for t in tensors])
-        except Exception:  # noqa: BLE001  (no float64 kernel: compare with eager only)
-            ref = ref_g = None
-    torch._dynamo.reset()
-    compiled = torch.compile(call, backend="hlobridge", dynamic=False)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            got, got_g = run(compiled, tensors)
-    except Exception as e:  # noqa: BLE001
-        inner = _is_backend_error(e)
-        if inner is not None:
-            return Outcome("unsupported", f"{type(inner).__name__}: {_first_line(inner)}")
-        if isinstance(e, BackendCompilerFailed):
-            # The backend failed with an error that is not hlobridge's own.
-            cause = getattr(e, "inner_exception", None) or e
-            return Outcome("error", f"{type(cause).__name__}: {_first_line(cause)}")
-        return Outcome("skip", f"compile: {type(e).__name__}: {_first_line(e)}")
-    finally:
-        torch._dynamo.reset()
-    cmp = _Cmp()
-    _compare(got, eager, ref, "out", cmp)
-    if grad:
-        if len(got_g) != len(eager_g):
-            cmp.problems.append(f"grad: {len(got_g)} gradients where eager gives {len(eager_g)}")
-        else:
-            for i, (g, e) in enumerate(zip(got_g, eager_g)):
-                r = ref_g[i] if ref_g and i < len(ref_g) else None
-                if e is None or g is None:
-                    if (e is None) != (g is None):
-                        cmp.problems.append(f"grad[{i}]: None mismatch")
-                    continue
-                _compare_tensor(g, e, r, f"grad[{i}]", cmp)
-    if cmp.problems:
-        return Outcome("flag", "; ".join(cmp.problems), cmp.err, cmp.own)
-    return Outcome("pass", "", cmp.err, cmp.own)
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip().splitlines()
-    return (s[0] if s else "")[:200]
-
-
-# --------------------------------------------------------------------------
-# The OpInfo sweep.
+DTYPES = ("float32", "float64", "bfloat16", "float16", "int8", "int16", "int32", "int64",
+          "uint8", "bool", "complex64")
 
 _RANDOM = ("dropout", "rand", "bernoulli", "normal", "multinomial", "uniform", "exponential",
            "geometric", "cauchy", "log_normal", "empty", "poisson")
-"""Ops whose results are random or uninitialized: not comparable."""
+"""Ops whose results are random or uninitialized: not comparable (the
+sweep's report counts them as not swept)."""
 
 
-def _comparable(name: str) -> bool:
+def comparable(name: str) -> bool:
     return not any(r in name for r in _RANDOM)
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(_sig: int, _frame: Any) -> None:
-    raise _Timeout()
-
-
-def sweep_op(op: Any, dtype: torch.dtype, samples: int, timeout_s: int) -> list[dict[str, Any]]:
-    """Run the first ``samples`` samples of an OpInfo ``op`` in ``dtype``."""
-    rows: list[dict[str, Any]] = []
-    grad = bool(op.supports_autograd) and (dtype.is_floating_point or dtype.is_complex)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            it: Iterable[Any] = op.sample_inputs("cpu", dtype, requires_grad=grad)
-            picked = []
-            for s in it:
-                picked.append(s)
-                if len(picked) >= samples:
-                    break
-    except Exception as e:  # noqa: BLE001
-        return [{"op": op.name, "variant": op.variant_test_name, "dtype": str(dtype),
-                 "sample": -1, "status": "skip", "detail": f"samples: {_first_line(e)}"}]
-    for k, s in enumerate(picked):
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(timeout_s)
-        t0 = time.time()
-        try:
-            res = run_sample(op.op, (s.input, *s.args), dict(s.kwargs), grad=grad, seed=k)
-        except _Timeout:
-            res = Outcome("skip", f"timeout {timeout_s}s")
-        except Exception as e:  # noqa: BLE001
-            res = Outcome("skip", f"harness: {type(e).__name__}: {_first_line(e)}")
-        finally:
-            signal.alarm(0)
-        rows.append({"op": op.name, "variant": op.variant_test_name, "dtype": str(dtype),
-                     "sample": k, "status": res.status, "detail": res.detail, "err": res.err,
-                     "own": res.own, "s": round(time.time() - t0, 2),
-                     "shapes": _describe(s)})
-    return rows
-
-
-def _describe(s: Any) -> str:
-    def d(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return f"T{list(v.shape)}"
-        return v
-    try:
-        return str(pytree.tree_map(d, (s.input, s.args, s.kwargs)))[:160]
-    except Exception:  # noqa: BLE001
-        return "?"
-
-
-def _load_op_db() -> list[Any]:
+def load_op_db() -> list[Any]:
     try:
         import expecttest  # noqa: F401
     except ImportError:
@@ -373,90 +78,298 @@ def _load_op_db() -> list[Any]:
     return list(op_db)
 
 
-def write_report(rows: list[dict[str, Any]], path: Path) -> None:
-    """Per op and dtype: pass / unsupported (the named error) / flag /
-    error, with the largest measured error and eager's own, as a markdown
-    table appended under ``## Per-op results`` of ``path`` (the text above
-    that heading is kept)."""
-    per: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        per.setdefault((r["op"] + ("." + r["variant"] if r["variant"] else ""), r["dtype"]),
-                       []).append(r)
-    lines = ["## Per-op results", "",
-             "Generated by `scripts/op_sweep.py` (status of the worst sample; `err`: "
-             "hlobridge's largest error relative to float64, `eager`: eager's own).", "",
-             "| op | dtype | samples | status | err | eager | detail |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    order = {"flag": 0, "error": 1, "unsupported": 2, "pass": 3, "skip": 4}
-    for (op, dt), rs in sorted(per.items()):
-        worst = min(rs, key=lambda r: order.get(r["status"], 9))
-        err = max(r.get("err", 0.0) for r in rs)
-        own = max(r.get("own", 0.0) for r in rs)
-        detail = worst.get("detail", "").replace("|", "/")[:120]
-        lines.append(f"| `{op}` | {dt.replace('torch.', '')} | {len(rs)} | {worst['status']} | "
-                     f"{err:.1e} | {own:.1e} | {detail} |")
-    head = path.read_text().split("## Per-op results")[0] if path.exists() else ""
-    path.write_text(head + "\n".join(lines) + "\n")
+def case_seed(op: Any, dtype: str) -> int:
+    return zlib.crc32(f"{op.name}.{op.variant_test_name}.{dtype}".encode())
+
+
+def has_backward(op: Any, dtype: Any) -> bool:
+    if not op.supports_autograd or not (dtype.is_floating_point or dtype.is_complex):
+        return False
+    try:
+        return dtype in op.supported_backward_dtypes("cpu")
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def samples_of(op: Any, dtype: Any, n: int) -> list[Any]:
+    """The first ``n`` OpInfo samples of ``op`` in ``dtype`` (seeded)."""
+    import warnings
+
+    import torch
+
+    torch.manual_seed(case_seed(op, str(dtype).replace("torch.", "")))
+    picked: list[Any] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in op.sample_inputs("cpu", dtype, requires_grad=has_backward(op, dtype)):
+            picked.append(s)
+            if len(picked) >= n:
+                break
+    return picked
+
+
+def run_op_sample(op: Any, s: Any, k: int, direction: str, backend: str) -> Outcome:
+    return run_sample(op.op, (s.input, *s.args), dict(s.kwargs), grad=direction == "bwd",
+                      seed=k, backend=backend)
+
+
+def describe(s: Any) -> str:
+    import torch
+    import torch.utils._pytree as pytree
+
+    def d(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return f"T{list(v.shape)}"
+        return v
+    try:
+        return str(pytree.tree_map(d, (s.input, s.args, s.kwargs)))[:160]
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+SUBSET_CLASSES = (("bfloat16", "float16", "float64"), ("int32", "int64", "int8", "int16", "uint8"),
+                  ("bool",), ("complex64",))
+"""The dtype classes of the ``make test`` subset besides float32 (module
+docs of ``tests/python/test_op_sweep_subset.py``)."""
+
+
+def subset_dtypes(idx: int, supported: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The subset's (dtype, directions) for the op at op_db index ``idx``:
+    float32 forward (backward too for every third op), and one more dtype
+    class, rotating with ``idx`` over :data:`SUBSET_CLASSES` (the next
+    class the op supports), the dtype rotating within the class."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if "float32" in supported:
+        out.append(("float32", ("fwd", "bwd") if idx % 3 == 0 else ("fwd",)))
+    for j in range(len(SUBSET_CLASSES)):
+        cls = SUBSET_CLASSES[(idx + j) % len(SUBSET_CLASSES)]
+        have = [d for d in cls if d in supported]
+        if have:
+            out.append((have[(idx // len(SUBSET_CLASSES)) % len(have)], ("fwd",)))
+            break
+    if not out:
+        first = [d for d in DTYPES if d in supported]
+        out = [(first[0], ("fwd",))] if first else []
+    return out
+
+
+def cases(ops: list[Any], dtypes: list[str], shard: tuple[int, int], wanted: set[str],
+          subset: bool = False) -> Iterator[tuple[Any, str, tuple[str, ...]]]:
+    """(op, dtype, directions) of the shard (the directions the op and dtype
+    have are kept: see :func:`has_backward`)."""
+    import torch
+
+    i, n = shard
+    for idx, op in enumerate(ops):
+        if idx % n != i or not comparable(op.name):
+            continue
+        if wanted and op.name not in wanted and f"{op.name}.{op.variant_test_name}" not in wanted:
+            continue
+        supported = {str(d).replace("torch.", "") for d in op.supported_dtypes("cpu")}
+        if subset:
+            yield from ((op, dt, dirs) for dt, dirs in subset_dtypes(idx, supported))
+            continue
+        for dt in dtypes:
+            if dt in supported:
+                yield op, dt, ("fwd", "bwd")
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line cut short by a kill
+    return rows
+
+
+def _row(backend: str, op: Any, dt: str, k: int, direction: str, res: Outcome, s: float,
+         shapes: str = "") -> dict[str, Any]:
+    return {"backend": backend, "op": op.name if not isinstance(op, tuple) else op[0],
+            "variant": op.variant_test_name if not isinstance(op, tuple) else op[1],
+            "dtype": dt, "dir": direction, "sample": k, "status": res.status,
+            "detail": res.detail, "err": res.err, "own": res.own, "s": round(s, 2),
+            "shapes": shapes}
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(_sig: int, _frame: Any) -> None:
+    raise _Timeout()
+
+
+def worker(args: argparse.Namespace, out: Path, cur: Path) -> int:
+    """Run the shard's remaining samples; 3 after ``--recycle`` cases."""
+    import torch
+
+    import hlobridge  # noqa: F401  (the backend)
+
+    torch.set_num_threads(args.threads)
+    done = {(r["op"], r["variant"], r["dtype"], r["dir"], r["sample"]) for r in read_rows(out)}
+    ops = load_op_db()
+    n_cases = 0
+    with out.open("a") as f:
+        wanted = set(args.ops.split(",")) - {""}
+        for op, dt, want in cases(ops, args.dtypes.split(","), args.shard, wanted, args.subset):
+            base = (op.name, op.variant_test_name, dt)
+            dirs = ["fwd"] + (["bwd"] if has_backward(op, getattr(torch, dt))
+                              and not args.fwd_only and "bwd" in want else [])
+            todo = [(k, d) for k in range(args.samples) for d in dirs
+                    if (*base, d, k) not in done]
+            if not todo:
+                continue
+            if n_cases >= args.recycle:
+                return 3
+            n_cases += 1
+            t0 = time.time()
+            try:
+                picked = samples_of(op, getattr(torch, dt), args.samples)
+            except Exception as e:  # noqa: BLE001
+                r = _row(args.backend, op, dt, 0, "fwd",
+                         Outcome("skip", f"samples: {first_line(e)}"), time.time() - t0)
+                f.write(json.dumps(r) + "\n")
+                f.flush()
+                continue
+            line = []
+            for k, d in todo:
+                if k >= len(picked):
+                    continue
+                cur.write_text(json.dumps({"op": op.name, "variant": op.variant_test_name,
+                                           "dtype": dt, "dir": d, "sample": k,
+                                           "t": time.time()}))
+                signal.signal(signal.SIGALRM, _alarm)
+                signal.alarm(args.timeout_s)
+                t0 = time.time()
+                try:
+                    res = run_op_sample(op, picked[k], k, d, args.backend)
+                except _Timeout:
+                    res = Outcome("timeout", f"over {args.timeout_s}s")
+                except Exception as e:  # noqa: BLE001
+                    res = Outcome("crash", f"harness: {type(e).__name__}: {first_line(e)}")
+                finally:
+                    signal.alarm(0)
+                f.write(json.dumps(_row(args.backend, op, dt, k, d, res, time.time() - t0,
+                                        describe(picked[k]) if res.status != "pass" else ""))
+                        + "\n")
+                f.flush()
+                line.append(f"{d}{k}:{res.status}")
+            print(f"{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''} "
+                  f"{dt}: {' '.join(line)}", flush=True)
+    cur.unlink(missing_ok=True)
+    return 0
+
+
+def watchdog(args: argparse.Namespace, out: Path, cur: Path) -> int:
+    """Run :func:`worker` in a child until the shard is done (module docs)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:], "--worker"]
+    restarts = 0
+    while True:
+        cur.unlink(missing_ok=True)
+        p = subprocess.Popen(cmd, start_new_session=True)
+        killed = False
+        while p.poll() is None:
+            time.sleep(2)
+            try:
+                c = json.loads(cur.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if time.time() - c["t"] > args.timeout_s + 60:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                killed = True
+        rc = p.returncode
+        if rc == 0:
+            return 0
+        if rc == 3:
+            continue
+        try:
+            c = json.loads(cur.read_text())
+        except (OSError, json.JSONDecodeError):
+            print(f"op_sweep: worker exited with {rc} outside a sample", file=sys.stderr)
+            return 1
+        res = (Outcome("timeout", f"hung past {args.timeout_s + 60}s (killed)") if killed
+               else Outcome("crash", f"process died (exit {rc})"))
+        with out.open("a") as f:
+            f.write(json.dumps(_row(args.backend, (c["op"], c["variant"]), c["dtype"],
+                                    c["sample"], c["dir"], res, 0.0)) + "\n")
+        restarts += 1
+        if restarts > 200:
+            print("op_sweep: more than 200 worker restarts; stopping", file=sys.stderr)
+            return 1
+
+
+def all_rows(out_dir: Path, backend: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for p in sorted(out_dir.glob(f"{backend}-*.jsonl")):
+        rows += read_rows(p)
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="hlobridge", choices=["hlobridge", "inductor"])
     ap.add_argument("--ops", default="", help="comma-separated op names (default: all)")
-    ap.add_argument("--dtypes", default="float32,bfloat16,int32")
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--samples", type=int, default=3)
-    ap.add_argument("--timeout-s", type=int, default=120)
-    ap.add_argument("--jsonl", default="bench-results/op_sweep.jsonl")
-    ap.add_argument("--resume", action="store_true", help="skip (op, dtype) pairs in --jsonl")
-    ap.add_argument("--report", default="docs/op_numerics.md",
-                    help="markdown file whose per-op section is rewritten from --jsonl")
+    ap.add_argument("--fwd-only", action="store_true")
+    ap.add_argument("--shard", default="0/1", help="i/n: ops whose op_db index is i mod n")
+    ap.add_argument("--timeout-s", type=int, default=120, help="per sample")
+    ap.add_argument("--recycle", type=int, default=300, help="restart the worker every N cases")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--out-dir", default=str(DEFAULT_OUT))
+    ap.add_argument("--expected", default=str(expect.DEFAULT_PATH))
+    ap.add_argument("--report", default=str(ROOT / "docs" / "op_numerics.md"))
     ap.add_argument("--report-only", action="store_true", help="only rewrite --report")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 on an unlisted failure or a stale entry (hlobridge rows)")
+    ap.add_argument("--add-expected", action="store_true",
+                    help="add the run's unlisted failures to --expected (then review them)")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="drop the shard's failing rows (of --ops/--dtypes) first, so they run again")
+    ap.add_argument("--subset", action="store_true",
+                    help="the make-test subset's cases (subset_dtypes); use with --samples 1")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.report_only:
-        rows = [json.loads(x) for x in Path(args.jsonl).read_text().splitlines() if x]
-        write_report(rows, Path(args.report))
-        return
-    import hlobridge  # noqa: F401  (the backend)
+    i, n = (int(x) for x in args.shard.split("/"))
+    args.shard = (i, n)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{args.backend}-{i}of{n}.jsonl"
+    cur = out.with_suffix(".current")
+    if args.worker:
+        sys.exit(worker(args, out, cur))
+    if args.retry_failed and not args.report_only:
+        wanted = set(args.ops.split(",")) - {""}
+        dts = set(args.dtypes.split(","))
+        keep = [r for r in read_rows(out) if not (
+            r["status"] in FAILURES and r["dtype"] in dts
+            and (not wanted or r["op"] in wanted))]
+        out.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    if not args.report_only:
+        rc = watchdog(args, out, cur)
+        if rc:
+            sys.exit(rc)
+    rows = all_rows(out_dir, "hlobridge")
+    entries = expect.load(Path(args.expected))
+    if args.add_expected:
+        print(f"{expect.merge_new(rows, Path(args.expected))} cases added/widened in "
+              f"{args.expected}")
+        entries = expect.load(Path(args.expected))
+    if args.report:
+        import op_sweep_report
 
-    ops = _load_op_db()
-    wanted = {o for o in args.ops.split(",") if o}
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
-    out = Path(args.jsonl)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done: set[tuple[str, str, str]] = set()
-    if args.resume and out.exists():
-        for line in out.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["op"], r["variant"], r["dtype"]))
-    mode = "a" if args.resume else "w"
-    t_start = time.time()
-    with out.open(mode) as f:
-        for op in ops:
-            if wanted and op.name not in wanted:
-                continue
-            if not _comparable(op.name):
-                continue
-            for dt in dtypes:
-                if (op.name, op.variant_test_name, str(dt)) in done:
-                    continue
-                if dt not in op.supported_dtypes("cpu"):
-                    continue
-                # Integer dtypes: a subset of dtypes per op is enough.
-                n = args.samples if dt == torch.float32 else max(1, args.samples - 1)
-                rows = sweep_op(op, dt, n, args.timeout_s)
-                for r in rows:
-                    f.write(json.dumps(r) + "\n")
-                f.flush()
-                bad = [r for r in rows if r["status"] == "flag"]
-                print(f"[{time.time() - t_start:7.0f}s] {op.name}.{op.variant_test_name} {dt}: "
-                      + ", ".join(r["status"] for r in rows)
-                      + ("".join(f"\n    {r['detail']}" for r in bad)), flush=True)
-    rows = [json.loads(x) for x in out.read_text().splitlines() if x]
-    write_report(rows, Path(args.report))
+        op_sweep_report.write(rows, all_rows(out_dir, "inductor"), entries, Path(args.report))
+    if args.check:
+        problems = expect.check(rows, entries)
+        for p in problems:
+            print(p)
+        print(f"op_sweep: {len(rows)} samples, {len(problems)} problems against {args.expected}")
+        sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        sys.exit(130)
+    main()
