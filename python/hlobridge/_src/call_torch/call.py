@@ -153,10 +153,17 @@ def call_torch(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     ``jax.vmap``), or eagerly outside one. See the module docs."""
     if not callable(fn):
         raise CallTorchError(f"hb.call_torch: {type(fn).__name__} is not callable")
-    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    leaves = [leaf for _, leaf in with_paths]
     statics = tuple(None if _is_array(leaf) else leaf for leaf in leaves)
     arrays = [_as_jax(leaf) for leaf in leaves if _is_array(leaf)]
     tfn = torch_fn(fn, treedef, statics)
+    # Inputs torch cannot differentiate (a module's buffers, e.g. BatchNorm's
+    # running statistics), named by the function itself.
+    nondiff = getattr(fn, "nondiff", None)
+    if nondiff is not None and "nondiff" not in tfn.jax_cache:
+        paths = [p for p, leaf in with_paths if _is_array(leaf)]
+        tfn.jax_cache["nondiff"] = frozenset(i for i, p in enumerate(paths) if nondiff(p))
     outs = differentiable(tfn)(*arrays)
     specs = tfn.flat.out_specs  # type: ignore[attr-defined]
     sig = tuple(spec_of(a) for a in arrays)

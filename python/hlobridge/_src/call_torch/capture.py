@@ -4,10 +4,10 @@ A :class:`TorchFn` is a *flat* torch function (tensors in, a list of tensors
 out) with a hashable identity. :meth:`TorchFn.capture` turns it into a
 :class:`Capture` for one input signature ``[(shape, torch dtype), ...]``:
 
-1. ``make_fx`` traces the function on fake tensors, functionalized (no
-   in-place ops, no views), with the decomposition table the
+1. ``make_fx`` traces the function on fake tensors with the decomposition table the
    ``torch.compile`` backend uses (:func:`hlobridge._src.dynamo.engine.decompositions`)
-   and attention in its math formulation, as the backend does;
+   and attention in its math formulation, as the backend does; a graph
+   with in-place ops is then functionalized (traced again);
 2. the FX graph goes through the backend's own lowering, unchanged:
    :func:`~hlobridge._src.dynamo.partition.partition` (split at
    ``hlobridge::call_jax`` nodes, refusal of random ops, data-dependent
@@ -136,8 +136,10 @@ class TorchFn:
     def vjp(self, n_in: int, diff: tuple[bool, ...], out_diff: tuple[bool, ...]) -> TorchFn:
         """The torch backward of this function as a function of its own:
         ``(*primals, *cotangents of the out_diff outputs)`` -> the gradients
-        of the ``diff`` inputs, traced through ``torch.func.vjp`` (torch
-        autograd, recomputing the forward in the same program)."""
+        of the ``diff`` inputs, traced through ``torch.autograd.grad`` (torch
+        autograd's own backward, recomputing the forward in the same
+        program; ``call_jax`` nodes inside differentiate through their
+        registered VJP)."""
         key = ("vjp", n_in, diff, out_diff)
         with _lock:
             got = self._derived.get(key)
@@ -146,17 +148,30 @@ class TorchFn:
                 diff_idx = [i for i, d in enumerate(diff) if d]
 
                 def backward(*a: torch.Tensor) -> list[torch.Tensor]:
-                    primals, cts = list(a[:n_in]), a[n_in:]
+                    full, cts = list(a[:n_in]), a[n_in:]
+                    if torch._C._functorch.maybe_current_level() is not None:
+                        # Inside torch.func.vmap (jax.vmap of jax.grad):
+                        # autograd.grad cannot run there, torch.func.vjp can.
+                        def fwd(*d: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                            for i, t in zip(diff_idx, d):
+                                full[i] = t
+                            return tuple(o for o, keep in zip(inner(*full), out_diff) if keep)
 
-                    def fwd(*d: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                        full = list(primals)
-                        for i, t in zip(diff_idx, d):
+                        _, pull = torch.func.vjp(fwd, *[full[i] for i in diff_idx])
+                        return list(pull(tuple(cts)))
+                    with torch.enable_grad():
+                        leaves = [full[i].detach().requires_grad_() for i in diff_idx]
+                        for i, t in zip(diff_idx, leaves):
                             full[i] = t
-                        outs = inner(*full)
-                        return tuple(o for o, keep in zip(outs, out_diff) if keep)
-
-                    _, pull = torch.func.vjp(fwd, *[primals[i] for i in diff_idx])
-                    return list(pull(tuple(cts)))
+                        outs = [o for o, keep in zip(inner(*full), out_diff) if keep]
+                        pairs = [(o, c) for o, c in zip(outs, cts) if o.requires_grad]
+                        grads: tuple[torch.Tensor | None, ...] = (None,) * len(leaves)
+                        if pairs:
+                            grads = torch.autograd.grad([o for o, _ in pairs],
+                                                        leaves, [c for _, c in pairs],
+                                                        allow_unused=True)
+                    return [torch.zeros_like(t) if g is None else g
+                            for t, g in zip(leaves, grads)]
 
                 got = self._derived[key] = TorchFn(backward, (self.key, key),
                                                    f"{self.name} (vjp)")
@@ -195,16 +210,18 @@ class TorchFn:
         # parameters) stay real and become graph constants.
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         examples = [mode.from_tensor(torch.empty(s, dtype=dt)) for s, dt in sig]
-        fn = torch.func.functionalize(self.flat, remove="mutations_and_views")
         try:
             with sdpa_kernel([SDPBackend.MATH]), mode:
-                gm = make_fx(fn, decomposition_table=decompositions(),
+                gm = make_fx(self.flat, decomposition_table=decompositions(),
                              tracing_mode="real")(*examples)
                 if _mutates(gm):
-                    # A decomposition wrote in place (the backend's BatchNorm
-                    # running statistics: ``copy_`` into a buffer's clone);
-                    # decompositions run below functionalization, so
-                    # functionalize the decomposed graph once more.
+                    # In-place ops (the function's own, or a decomposition's:
+                    # the backend's BatchNorm running statistics ``copy_``
+                    # into a buffer): functionalize the decomposed graph.
+                    # (Not the first trace: functionalization is a functorch
+                    # transform, inside which autograd -- the backward
+                    # capture -- cannot run.) A mutated input stays a
+                    # ``copy_`` into it, which the partitioner refuses.
                     again = torch.func.functionalize(gm, remove="mutations_and_views")
                     gm = make_fx(again, tracing_mode="real")(*examples)
         except BridgeError:

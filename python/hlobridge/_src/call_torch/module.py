@@ -23,6 +23,11 @@ parameters, ``(apply_fn, params)``.
   ``mutable=False`` the updates are dropped. The torch function mutates
   clones of the buffers, which functionalization turns into new outputs.
 
+``apply_fn.buffer_names`` lists the buffers' keys: ``jax.grad`` and Optax
+want floating leaves only, so split them off the trainable parameters
+(``buffers = {n: params.pop(n) for n in apply_fn.buffer_names}``) and pass
+``{**params, **buffers}``.
+
 ``module.training`` is read at each call (part of the cache key): set
 ``train()``/``eval()`` on the module as in torch.
 """
@@ -62,7 +67,15 @@ class _Apply:
         self.forward = forward
         self.buffers = buffers
         self.mutable = mutable
+        self._buffer_set = frozenset(buffers)
         self.__qualname__ = f"{type(module).__name__}.forward"
+
+    def nondiff(self, path: tuple[Any, ...]) -> bool:
+        """Whether the input leaf at ``path`` (of ``(args, kwargs)``) is a
+        buffer: torch cannot differentiate with respect to running
+        statistics, so they get no gradient."""
+        return (len(path) >= 3 and getattr(path[1], "idx", None) == 0
+                and getattr(path[2], "key", None) in self._buffer_set)
 
     @property
     def training(self) -> bool:
@@ -123,4 +136,5 @@ def torch_module(module: torch.nn.Module, forward: Callable[..., Any] | None = N
         return call_torch(appliers[bool(mutable)], params, *inputs, **kwargs)
 
     apply_fn.__qualname__ = f"torch_module({type(module).__name__})"
+    apply_fn.buffer_names = tuple(buffers)  # type: ignore[attr-defined]
     return apply_fn, params

@@ -3,15 +3,16 @@ backward is the torch backward, captured and embedded like the forward.
 
 - forward: the embedded capture (:func:`~hlobridge._src.call_torch.embed.embedded`);
   the residuals are the flat inputs themselves;
-- backward: :meth:`TorchFn.vjp` -- the torch function under
-  ``torch.func.vjp`` (torch autograd, the same derivative formulas eager
-  torch uses), traced by ``make_fx`` with the backend's decompositions,
+- backward: :meth:`TorchFn.vjp` -- the torch function differentiated by
+  ``torch.autograd.grad`` (torch autograd, the same derivative formulas
+  eager torch uses), traced by ``make_fx`` with the backend's decompositions,
   lowered the same way and embedded into the same JAX program. It
   recomputes the forward inside the backward module; under ``jax.jit`` both
   are in one XLA program, where the recomputation is XLA's to simplify.
 
-Only floating (and complex) inputs get gradients; integer and bool inputs
-get none (``None``, JAX's symbolic zero). Cotangents of integer outputs are
+Only floating (and complex) inputs get gradients; integer and bool inputs,
+and those the function marks as not differentiable (``torch_module``'s
+buffers), get none (``None``, JAX's symbolic zero). Cotangents of integer outputs are
 dropped. Under ``jax.vmap`` both the forward and the backward re-capture at
 the batched shape (each is a ``custom_vmap`` function). Forward-mode
 differentiation (``jax.jvp``, ``jax.jacfwd``) is not supported:
@@ -53,7 +54,8 @@ def differentiable(tfn: TorchFn) -> Callable[..., tuple[Any, ...]]:
 
     def bwd(res: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
         primals = res
-        diff = tuple(_is_float(a) for a in primals)
+        nondiff = tfn.jax_cache.get("nondiff", frozenset())
+        diff = tuple(_is_float(a) and i not in nondiff for i, a in enumerate(primals))
         out_diff = tuple(_is_float(c) and c.dtype != jax.dtypes.float0 for c in cts)
         if not any(diff):
             return tuple(None for _ in primals)
