@@ -318,8 +318,29 @@ def _call_jax_op(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 OP = torch.ops.hlobridge.call_jax.default
 
 
+def _symbolic_signature(key: str, tensors: Sequence[torch.Tensor]
+                        ) -> list[tuple[tuple[Any, ...], Any]]:
+    """Output sizes (symbolic) and dtypes of ``key`` on fake tensors with
+    symbolic sizes (``torch.compile(dynamic=True)``), recording the output
+    structure: :mod:`hlobridge._src.dynamic.fake`."""
+    from hlobridge._src.dynamic.fake import symbolic_outputs
+
+    tree, outs = symbolic_outputs(lookup(key), tensors, _jax_dtype,
+                                  any(t.dtype in X64 for t in tensors))
+    for _, dt in outs:
+        _torch_dtype(dt)
+    _templates.setdefault(key, _template(tree, [0]))
+    _num_inputs.setdefault(key, len(tensors))
+    return outs
+
+
 @_call_jax_op.register_fake
 def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    from hlobridge._src.dynamic.fake import any_symbolic
+
+    if tensors and any_symbolic(tensors):
+        return [tensors[0].new_empty(shape, dtype=_torch_dtype(dt))
+                for shape, dt in _symbolic_signature(key, tensors)]
     # int() specializes a symbolic size (torch.compile(dynamic=True)) to its
     # value, with a guard: a JAX program has static shapes.
     sig = signature(key, [(tuple(int(d) for d in t.shape), t.dtype) for t in tensors])
@@ -377,7 +398,12 @@ def _comptime_register(ctx: Any) -> None:
     # specializes a symbolic size (dynamic=True), with a guard.
     tensors_vt = ctx.get_local("tensors")._i_will_not_complain_if_bc_breaks_VariableTracker()
     fakes = [t.as_proxy().node.meta["example_value"] for t in tensors_vt.items]
-    signature(key, [(tuple(int(d) for d in f.shape), f.dtype) for f in fakes])
+    from hlobridge._src.dynamic.fake import any_symbolic
+
+    if any_symbolic(fakes):  # sizes stay symbolic: hlobridge._src.dynamic
+        _symbolic_signature(key, fakes)
+    else:
+        signature(key, [(tuple(int(d) for d in f.shape), f.dtype) for f in fakes])
     _set_local(ctx, "key", key)
 
 

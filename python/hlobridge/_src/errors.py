@@ -36,7 +36,10 @@ BridgeError
 │   │   └── CollectiveNotSupportedError  a collective in a one-device graph
 │   ├── DataDependentError            a shape/value depends on tensor data
 │   ├── InputMutationError            the graph mutates an input in place
-│   └── DistributedNotSupportedError  DDP/FSDP/DTensor setups hlobridge would run wrong
+│   ├── DistributedNotSupportedError  DDP/FSDP/DTensor setups hlobridge would run wrong
+│   └── DynamicShapeError             a graph with symbolic sizes the dynamic route cannot capture
+├── ShapeAssertionError   a call's shapes violate a dynamic program's shape assertion (.dim)
+├── ShapeRefinementError  a dynamic module cannot be specialised to a call's shapes
 ├── CallTorchError        hb.call_torch / hb.torch_module cannot capture or embed a torch function
 ├── PallasLoweringError   a Pallas kernel cannot be lowered (.kernel, .target, .reason)
 ├── DistributedInitError  hlobridge.distributed cannot start JAX's runtime
@@ -77,6 +80,7 @@ __all__ = [
     "DistributedInitError",
     "DistributedNotSupportedError",
     "DtypeError",
+    "DynamicShapeError",
     "ExportError",
     "FileError",
     "ForkError",
@@ -93,6 +97,8 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "ServeError",
+    "ShapeAssertionError",
+    "ShapeRefinementError",
     "SpmdArgumentError",
     "StitchError",
     "TargetError",
@@ -280,6 +286,28 @@ class CallTorchError(BridgeError):
     """:func:`hlobridge.call_torch` or :func:`hlobridge.torch_module` cannot
     capture the torch function for these inputs, or cannot embed it in the
     JAX program (the message says which and why)."""
+
+
+class DynamicShapeError(CompileBackendError):
+    """A graph with symbolic (dynamic) sizes that hlobridge's dynamic-shape
+    route cannot capture as one shape-polymorphic module (an aten op with no
+    JAX lowering, a size JAX cannot express symbolically, a symbolic size no
+    input tensor carries); the message names the op or size and says to
+    compile with ``dynamic=False`` instead (``docs/dynamic_shapes.md``)."""
+
+
+class ShapeAssertionError(ArgumentError):
+    """A call's input shapes violate a shape assertion of a dynamic program
+    (a constraint Dynamo's guards or the program's shape arithmetic imply);
+    ``dim`` names the dimension (``"x.shape[1]"`` or the symbol) where known,
+    and the message states the constraint."""
+
+    dim: str | None = None
+
+
+class ShapeRefinementError(BridgeError):
+    """A shape-polymorphic module cannot be specialised (refined) to a
+    call's concrete input shapes."""
 
 
 class PallasLoweringError(BridgeError):
