@@ -254,7 +254,7 @@ def _content_key(gm: torch.fx.GraphModule, sig: tuple[Spec, ...]) -> Hashable:
             if isinstance(value, torch.Tensor):
                 v = value.detach().cpu().contiguous()
                 h.update(f"{node.target}:{v.dtype}:{list(v.shape)}".encode())
-                h.update(v.view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+                h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes() if v.numel() else b"")
     return (h.hexdigest(), sig)
 
 

@@ -23,11 +23,13 @@ at the batched shapes (``jax.vmap`` support).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hlobridge._src.call_torch.capture import Capture, Spec, TorchFn
 from hlobridge._src.dtypes import torch_dtype_of
@@ -52,12 +54,34 @@ def exported(cap: Capture) -> Any:
 
         from hlobridge._src.spmd.jax_private import exported_from_module
 
-        exp = exported_from_module(cap.text, f"torch_{_ident(cap.name)}")
+        exp = exported_from_module(_bytes_per_bool(cap.text), f"torch_{_ident(cap.name)}")
         exp = dataclasses.replace(exp, disabled_safety_checks=(
             export.DisabledSafetyCheck.platform(),))
         cap.cache["exported"] = exp
         cap.cache["constants"] = [jnp.asarray(c) for c in cap.constants]
     return exp
+
+
+_PACKED_BOOLS = re.compile(r'dense<"0x([0-9A-Fa-f]+)"> : tensor<((?:\d+x)+)i1>')
+
+
+def _bytes_per_bool(text: str) -> str:
+    """Bool constants as JAX's MLIR parser reads them. The stitched module
+    may print a ``tensor<...xi1>`` constant bit-packed (one bit per element,
+    least significant first), which hlobridge's own parser accepts and
+    JAX's refuses ("elements hex data size is invalid"); spell such
+    constants out with one byte per element."""
+
+    def unpack(m: re.Match[str]) -> str:
+        dims = [int(d) for d in m.group(2).rstrip("x").split("x")]
+        n = int(np.prod(dims))
+        data = bytes.fromhex(m.group(1))
+        if len(data) in (1, n) or len(data) != (n + 7) // 8:  # a splat, or bytes already
+            return m.group(0)
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[:n]
+        return f'dense<"0x{bits.astype(np.uint8).tobytes().hex().upper()}"> : tensor<{m.group(2)}i1>'
+
+    return _PACKED_BOOLS.sub(unpack, text)
 
 
 def _ident(name: str) -> str:
