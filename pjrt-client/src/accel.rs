@@ -112,42 +112,42 @@ pub fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1)
 }
 
-/// Sets each of [`TPU_LOAD_ENV`] that is unset; call before loading libtpu.
+/// Makes sure each of [`TPU_LOAD_ENV`] is set; call before loading libtpu.
 /// libtpu reads them with `getenv` when it initializes, and no PJRT option
 /// replaces them, so they must be in the environment.
 ///
 /// Writing the environment races with a `getenv` on another thread (glibc's
-/// `setenv` may reallocate `environ` under a concurrent reader). When the
-/// process has one thread ([`single_threaded`], checked right before the
-/// write; only this thread could start another) the write is safe: the CLI
-/// (`hlobridge compile --target tpu:...` loads libtpu before any client or
-/// thread exists) and single-threaded Rust programs. In a multithreaded
-/// process (a Python session) the variables are still set, because libtpu
-/// fails without them (`/tmp/libtpu_lockfile`, or a hang on the metadata
-/// server), and a debug event records that the write was not provably
-/// race-free; export them before starting such a process to avoid it.
-/// Returns whether the write (if any) happened single-threaded.
-pub fn skip_tpu_metadata_query() -> bool {
+/// `setenv` may reallocate `environ` under a concurrent reader), so a
+/// missing variable is written only when the process has one thread
+/// ([`single_threaded`], checked right before the write; only this thread
+/// could start another): the CLI (`hlobridge compile --target tpu:...`
+/// loads libtpu before any client or thread exists) and single-threaded Rust
+/// programs. A multithreaded process with a variable missing gets
+/// [`crate::Error::TpuEnvironment`] and nothing is written: export the
+/// variables before the process starts ([`TPU_LOAD_ENV`] lists them, for a
+/// child's environment). `hb.compile_for` in Python does exactly that: it
+/// compiles for TPU and CUDA in a worker process started with them set.
+/// Returns whether a write happened.
+pub fn skip_tpu_metadata_query() -> crate::Result<bool> {
     let missing: Vec<&(&str, &str)> = TPU_LOAD_ENV
         .iter()
         .filter(|(var, _)| std::env::var_os(var).is_none())
         .collect();
     if missing.is_empty() {
-        return true;
+        return Ok(false);
     }
-    let alone = single_threaded();
-    if !alone {
+    if !single_threaded() {
         let names: Vec<String> = missing.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        tracing::debug!(
-            "libtpu: setting {} in a multithreaded process; export them before starting \
-             the process to avoid the environment write",
-            names.join(" ")
-        );
+        return Err(crate::Error::TpuEnvironment {
+            missing: names.join(" "),
+        });
     }
     for (var, value) in missing {
+        // The process has one thread (checked above), so no `getenv` can run
+        // concurrently with this write.
         std::env::set_var(var, value);
     }
-    alone
+    Ok(true)
 }
 
 /// The CUDA data dir recorded by [`set_cuda_data_dir_flag`].

@@ -214,6 +214,14 @@ pub enum Error {
         /// Where it was looked for.
         searched: String,
     },
+    /// libtpu's load-time variables ([`crate::accel::TPU_LOAD_ENV`]) are
+    /// missing and the process has several threads, so writing them would
+    /// race with `getenv` elsewhere (see [`crate::accel::skip_tpu_metadata_query`]).
+    #[error("TpuEnvironment: libtpu needs {missing} in the environment before it loads; this process has several threads, so hlobridge does not write them (setenv would race with getenv on another thread). Export them before starting the process")]
+    TpuEnvironment {
+        /// `NAME=value` pairs, space-separated.
+        missing: String,
+    },
     /// A program compiled for a target does not fit the device's memory
     /// (HBM, VMEM, shared memory): the compiler said so, or the compiled
     /// memory statistics exceed the capacity.

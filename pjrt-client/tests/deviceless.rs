@@ -19,14 +19,63 @@ fn require(what: &str, found: Option<std::path::PathBuf>) -> Option<std::path::P
     found
 }
 
+/// Whether libtpu's load-time variables ([`accel::TPU_LOAD_ENV`]) are all
+/// in this process's environment. The test harness runs tests on threads,
+/// so hlobridge refuses to write them here (`Error::TpuEnvironment`); the TPU
+/// tests then run in a child started with them set
+/// ([`tpu_tests_run_in_a_process_started_with_libtpus_variables`]).
+fn tpu_env_present() -> bool {
+    accel::TPU_LOAD_ENV
+        .iter()
+        .all(|(k, _)| std::env::var_os(k).is_some())
+}
+
 fn tpu() -> Option<Plugin> {
     static P: OnceLock<Option<Plugin>> = OnceLock::new();
     P.get_or_init(|| {
         let path = require("libtpu", accel::find_libtpu())?;
-        accel::skip_tpu_metadata_query();
+        if !tpu_env_present() {
+            return None; // covered by the child run
+        }
+        assert!(!accel::skip_tpu_metadata_query().expect("variables present"));
         Some(Plugin::load(path).expect("load libtpu"))
     })
     .clone()
+}
+
+/// TPU tests whose plugin needs the variables libtpu reads at load.
+const TPU_TESTS: &[&str] = &[
+    "tpu_v5e_topology_and_compile",
+    "compile_for_target_cpu_and_tpu",
+];
+
+#[test]
+fn tpu_tests_run_in_a_process_started_with_libtpus_variables() {
+    if tpu_env_present() || require("libtpu", accel::find_libtpu()).is_none() {
+        return; // this is the child, or there is no libtpu
+    }
+    // In this multithreaded process a missing variable is refused by name,
+    // and nothing is written to the environment.
+    let e = accel::skip_tpu_metadata_query().unwrap_err();
+    assert!(matches!(e, pjrt_client::Error::TpuEnvironment { .. }), "{e}");
+    assert!(e.to_string().contains("TPU_SKIP_MDS_QUERY=1"), "{e}");
+    assert!(!tpu_env_present());
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(TPU_TESTS).args(["--exact", "--test-threads=1"]);
+    for (k, v) in accel::TPU_LOAD_ENV {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the TPU tests in a child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("{} passed", TPU_TESTS.len())),
+        "{text}"
+    );
 }
 
 const TANH_MATMUL: &str = r#"module @m {

@@ -272,6 +272,10 @@ def accelerators() -> dict[str, str | None]:
     """Paths of libtpu, the CUDA PJRT plugin, the CUDA data dir and the Mosaic
     GPU runtime (or None)."""
 
+def tpu_load_env() -> list[tuple[str, str]]:
+    """libtpu's load-time variables and hlobridge's values for them, for a
+    worker process's environment."""
+
 # --- device runtimes (python/src/device_runtime.rs) ---------------------------
 
 class DeviceRuntime:

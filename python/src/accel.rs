@@ -119,6 +119,13 @@ pub fn known_targets() -> PyResult<Vec<String>> {
     pjrt_client::targets::known_targets().map_err(pjrt_to_py)
 }
 
+/// libtpu's load-time variables and the values hlobridge gives them
+/// (`pjrt_client::accel::TPU_LOAD_ENV`), for a worker's environment.
+#[pyfunction]
+pub fn tpu_load_env() -> Vec<(&'static str, &'static str)> {
+    pjrt_client::accel::TPU_LOAD_ENV.to_vec()
+}
+
 /// Where the accelerator compilers are: `{"libtpu": path|None,
 /// "cuda_plugin": path|None, "cuda_data_dir": path|None,
 /// "mosaic_gpu_runtime": path|None}`.

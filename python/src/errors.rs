@@ -91,7 +91,10 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
     let msg = e.to_string();
     match e {
         E::PluginNotFound { .. } | E::NoPluginFound { .. } => PluginNotFoundError::new_err(msg),
-        E::PluginLoad { .. } | E::NotAPjrtPlugin { .. } | E::IncompatibleApi { .. } => {
+        E::PluginLoad { .. }
+        | E::NotAPjrtPlugin { .. }
+        | E::IncompatibleApi { .. }
+        | E::TpuEnvironment { .. } => {
             PluginLoadError::new_err(msg)
         }
         E::Unsupported { function } => {

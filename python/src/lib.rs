@@ -98,6 +98,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(accel::compile_for_target, m)?)?;
     m.add_function(wrap_pyfunction!(accel::known_targets, m)?)?;
     m.add_function(wrap_pyfunction!(accel::accelerators, m)?)?;
+    m.add_function(wrap_pyfunction!(accel::tpu_load_env, m)?)?;
     device_runtime::register(m)?;
     config::register(m)?;
     m.add("ELEMENT_TYPES", dtype::element_types(m.py())?)?;

@@ -245,7 +245,7 @@ impl Target {
                     what: "libtpu",
                     searched: accel::searched("TPU_LIBRARY_PATH", accel::LIBTPU_REL),
                 })?;
-                accel::skip_tpu_metadata_query();
+                accel::skip_tpu_metadata_query()?;
                 Plugin::load(path)
             }
             TargetKind::Cuda { .. } => {

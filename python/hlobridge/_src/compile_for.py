@@ -251,7 +251,12 @@ def compile_for(target: str, what: Any, *example_inputs: Any, devices: int | Non
     parts, replicas, shardy = _partitioning(text)
     if devices is not None and devices > 1:
         parts = devices
-    r = _native.compile_for_target(target, text, parts, replicas, shardy)
+    if platform == "cpu":
+        r = _native.compile_for_target(target, text, parts, replicas, shardy)
+    else:  # libtpu / the CUDA plugin load in a worker process (see target_worker)
+        from hlobridge._src import target_worker
+
+        r = target_worker.compile_for_target(target, text, parts, replicas, shardy)
     mem = r["memory"]
     memory = None if mem is None else MemoryUse(
         arguments=mem["arguments"], outputs=mem["outputs"], alias=mem["alias"],
