@@ -230,7 +230,47 @@ REGRESSIONS: dict[str, Case] = {
     "cummax": (lambda x: torch.cummax(x, 1), lambda g: (_r(g, 5, 9),), True),
     "matrix_norm_nuc_batched": (lambda x: torch.linalg.matrix_norm(x, "nuc"),
                                 lambda g: (_r(g, 4, 5, 5),), True),
+    # Found by the OpInfo sweep (make sweep, #27).
+    "cummax_ties_nan_grad": (lambda x: torch.cummax(x, 1),
+                             lambda g: (_ties_nan(g),), True),
+    "cummax_int_ties": (lambda x: torch.cummax(x, 0), lambda g: (_i(g, 3, 12, 5),), False),
+    "cummax_bool": (lambda x: torch.cummax(x > 0, -1), lambda g: (_r(g, 4, 11),), False),
+    "sign_bool": (lambda x: torch.sign(x > 0), lambda g: (_r(g, 20),), False),
+    "sgn_bool": (lambda x: torch.sgn(x > 0), lambda g: (_r(g, 20),), False),
+    "avg_pool2d_divisor_no_pad_count": (
+        lambda x: F.avg_pool2d(x, 3, 1, 1, ceil_mode=True, count_include_pad=False,
+                               divisor_override=2), lambda g: (_r(g, 1, 3, 9, 9),), False),
+    "avg_pool3d_divisor_no_pad_count": (
+        lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False, divisor_override=5),
+        lambda g: (_r(g, 1, 2, 5, 6, 5),), False),
+    "avg_pool2d_divisor_int64": (
+        lambda x: F.avg_pool2d(x, 3, 1, 1, count_include_pad=False, divisor_override=2),
+        lambda g: (_i(g, 50, 1, 2, 7, 7),), False),
+    "var_mean_complex": (lambda x: torch.var_mean(x, 1), lambda g: (_c(g, 5, 6),), False),
+    "std_mean_complex": (lambda x: torch.std_mean(x, correction=0), lambda g: (_c(g, 5, 6),),
+                         False),
+    "var_complex": (lambda x: torch.var(x, (0, 1), keepdim=True), lambda g: (_c(g, 4, 3),),
+                    False),
+    "std_complex": (lambda x: torch.std(x), lambda g: (_c(g, 7),), False),
+    "floor_divide_bf16": (torch.floor_divide, lambda g: (
+        torch.tensor([-5.28125, 7.0, 3.5], dtype=torch.bfloat16),
+        torch.tensor([1.0546875, 0.5, -1.1], dtype=torch.bfloat16)), False),
+    "div_floor_f16": (lambda a, b: torch.div(a, b, rounding_mode="floor"),
+                      lambda g: (_r(g, 200, scale=8.0).half(), _r(g, 200).half()), False),
+    "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
+                                                   _r(g, 200).bfloat16()), False),
 }
+
+
+def _ties_nan(g: torch.Generator) -> torch.Tensor:
+    """Integer-valued rows (ties), one with a NaN mid-row."""
+    x = _i(g, 3, 4, 10).float()
+    x[1, 4] = _NAN
+    return x
+
+
+def _c(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.complex(_r(g, *shape), _r(g, *shape))
 
 
 @pytest.mark.parametrize("name", list(REGRESSIONS))

@@ -39,6 +39,34 @@ sweep measured before (after: equal to eager torch, tested in
     reports int64; its HLO type is 32-bit). Here: the indices are added to
     an int64 zero, which makes torch_xla emit the widening convert.
 
+Found by the OpInfo sweep (``make sweep``, #27):
+
+``cummax`` ties, NaN and bool
+    torch takes the last index of a tied running maximum and keeps NaN as
+    the maximum from the first NaN on; torch_xla took the first index (an
+    integer ``cummax`` of ``[0, 1, 1]`` gave indices ``[0, 1, 1]``, torch
+    ``[0, 1, 2]``; the gradient went to the wrong element) and dropped NaN.
+    Here: the last position where the input equals the running maximum.
+
+``sign``/``sgn`` of bool
+    came back uint8. Here: the input.
+
+``avg_pool{2,3}d`` with ``divisor_override``
+    with ``count_include_pad=False`` torch_xla divided by the window's real
+    element count instead of the override (error 0.73 relative); integer
+    inputs differed in 184 of 243 values. Here: ``count_include_pad=True``
+    (the same in torch when the divisor is overridden); integers: exact
+    sum, truncating division.
+
+``var``/``std``/``var_mean``/``std_mean`` of complex tensors
+    torch's variance is real; torch_xla returned a complex one
+    (``var_mean``), a wrong one (``std_mean``, error 0.55) or failed. Here:
+    ``var(re) + var(im)``.
+
+``floor_divide``, ``div(rounding_mode=...)``, ``remainder`` of bfloat16/float16
+    torch computes in float32; torch_xla divided in the 16-bit type
+    (``-5.28 // 1.05``: -5 instead of -6). Here: in float32.
+
 ``_linalg_svd`` of a batch of matrices (``linalg.svd``, ``svdvals``,
 ``matrix_norm('nuc')``, ``pinv``, ...)
     torch_xla's batched SVD gives the singular values the right data but a
@@ -219,6 +247,120 @@ def _linalg_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = 
     return tuple(outs)
 
 
+def _sign_bool(op: Any) -> Callable[..., Any]:
+    """``sign``/``sgn`` of a bool tensor is the tensor (torch_xla: uint8)."""
+    def decomp(x: torch.Tensor) -> Any:
+        if x.dtype != torch.bool:
+            return NotImplemented
+        return x.clone()
+
+    return decomp
+
+
+def _avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
+    """``avg_pool{2,3}d`` with ``divisor_override``: torch divides the
+    window's sum by the override whatever ``count_include_pad`` says (and,
+    for integer tensors, truncates); torch_xla divided by the count of the
+    window's real elements with ``count_include_pad=False``, and rounded
+    integer results differently. Here: ``count_include_pad=True``, which
+    torch_xla gets right with the override; integers: the exact sum (in
+    float64, divisor 1), truncated after the division."""
+    def decomp(*args: Any) -> Any:
+        args_l = list(args)
+        if len(args_l) <= at + 1 or args_l[at + 1] is None or _declines(op):
+            return NotImplemented
+        x = args_l[0]
+        if x.is_floating_point():
+            if args_l[at]:
+                return NotImplemented
+            args_l[at] = True
+            with _inner(op):
+                return op(*args_l)
+        d = args_l[at + 1]
+        args_l[0], args_l[at], args_l[at + 1] = x.double(), True, 1
+        with _inner(op):
+            sums = op(*args_l)
+        return torch.div(sums, d, rounding_mode="trunc").to(x.dtype)
+
+    return decomp
+
+
+def _complex_var(op: Any) -> Callable[..., Any]:
+    """``var``/``std``/``var_mean``/``std_mean`` of a complex tensor:
+    torch's variance is real, ``var(re) + var(im)``; torch_xla returned a
+    complex variance (``var_mean``), a wrong value (``std_mean``) or failed
+    (``var``, ``std``)."""
+    std = op in (_aten.std.correction, _aten.std_mean.correction)
+    with_mean = op in (_aten.var_mean.correction, _aten.std_mean.correction)
+
+    def decomp(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
+               keepdim: bool = False) -> Any:
+        if not x.is_complex():
+            return NotImplemented
+        var = (_aten.var.correction(x.real, dim, correction=correction, keepdim=keepdim)
+               + _aten.var.correction(x.imag, dim, correction=correction, keepdim=keepdim))
+        out = var.sqrt() if std else var
+        if not with_mean:
+            return out
+        dims = _dims(x, dim)
+        n = 1
+        for d in dims:
+            n *= x.shape[d]
+        return out, _aten.sum.dim_IntList(x, dims, keepdim) / n
+
+    return decomp
+
+
+def _cummax(x: torch.Tensor, dim: int) -> Any:
+    """``cummax`` as torch: on ties torch takes the *last* index of the
+    running maximum (it updates on ``x >= max``, and on NaN), and a NaN
+    stays the maximum; torch_xla took the first index, dropped NaN, gave
+    32-bit indices and wrong bool indices. Here: torch_xla's values, NaN
+    from the first NaN on; the index is the last position at or before
+    each one where ``x`` equals the running maximum (or is NaN), as the
+    running maximum of those positions."""
+    op = _aten.cummax.default
+    if _declines(op) or x.dim() == 0 or x.numel() == 0:
+        return NotImplemented
+    xs = x.to(torch.uint8) if x.dtype == torch.bool else x
+    with _inner(op):
+        v, _ = op(xs, dim)
+        upd = xs == v
+        if xs.is_floating_point():
+            nan = torch.isnan(xs)
+            seen, _ = op(nan.to(torch.uint8), dim)
+            v = torch.where(seen.to(torch.bool), torch.full_like(v, float("nan")), v)
+            upd = (xs == v) | nan
+        d = dim % x.dim()
+        shape = [1] * x.dim()
+        shape[d] = x.shape[d]
+        pos = torch.arange(x.shape[d], dtype=torch.int64).reshape(shape).expand(x.shape)
+        last, _ = op(torch.where(upd, pos, torch.zeros_like(pos)), dim)
+    return (v.to(torch.bool) if x.dtype == torch.bool else v), _as_int64(last)
+
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _in_float32(op: Any) -> Callable[..., Any]:
+    """``floor_divide``/``div(rounding_mode=...)``/``remainder`` of bfloat16
+    and float16 tensors: torch computes them in float32 and rounds the
+    result; torch_xla divided in the 16-bit type, so a quotient such as
+    -5.0074 rounded to -5 before the floor (torch: -6). Here: float32
+    operands, the result cast back."""
+    def decomp(*args: Any, **kwargs: Any) -> Any:
+        ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if _declines(op) or not ts or ts[0].dtype not in _HALF:
+            return NotImplemented
+        dtype = ts[0].dtype
+        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a
+              for a in args]
+        with _inner(op):
+            return op(*up, **kwargs).to(dtype)
+
+    return decomp
+
+
 def numerics_decompositions() -> dict[Any, Any]:
     """The table (module docs); merged into the backend's decompositions."""
     a = _aten
@@ -240,6 +382,19 @@ def numerics_decompositions() -> dict[Any, Any]:
             a.max_pool2d_with_indices.default, 1),
         a.max_pool3d_with_indices.default: _with_int64_indices(
             a.max_pool3d_with_indices.default, 1),
-        a.cummax.default: _with_int64_indices(a.cummax.default, 1),
         a._linalg_svd.default: _linalg_svd,
+        a.sign.default: _sign_bool(a.sign.default),
+        a.sgn.default: _sign_bool(a.sgn.default),
+        a.avg_pool2d.default: _avg_pool_divisor(a.avg_pool2d.default, 5),
+        a.avg_pool3d.default: _avg_pool_divisor(a.avg_pool3d.default, 5),
+        a.var.correction: _complex_var(a.var.correction),
+        a.std.correction: _complex_var(a.std.correction),
+        a.var_mean.correction: _complex_var(a.var_mean.correction),
+        a.std_mean.correction: _complex_var(a.std_mean.correction),
+        a.cummax.default: _cummax,
+        a.floor_divide.default: _in_float32(a.floor_divide.default),
+        a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
+        a.div.Scalar_mode: _in_float32(a.div.Scalar_mode),
+        a.remainder.Tensor: _in_float32(a.remainder.Tensor),
+        a.remainder.Scalar: _in_float32(a.remainder.Scalar),
     }
