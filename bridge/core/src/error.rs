@@ -40,6 +40,29 @@ pub enum Error {
     /// (`lower::collectives`).
     #[error("collective: {0}")]
     Collective(String),
+    /// A shape assertion of a dynamic module does not hold for the shapes
+    /// it is refined to (`refine`).
+    #[error("{at}: shape assertion failed: {dimension} must satisfy {constraint}: {message}")]
+    ShapeAssertion {
+        /// Where: `file:line:col: op in @func` (or `op in @func`).
+        at: String,
+        /// The dimension (variable or `args[i].shape[k]`) it constrains.
+        dimension: String,
+        /// The constraint that failed.
+        constraint: String,
+        /// The assertion's message with its placeholders filled in.
+        message: String,
+    },
+    /// A dynamic module cannot be specialised to the given shapes
+    /// (`refine`): wrong argument shapes, a shape that does not fold to a
+    /// constant, conflicting shapes, an unsupported op.
+    #[error("{at}: shape refinement: {message}")]
+    ShapeRefinement {
+        /// Where: `file:line:col: op in @func` (or `op in @func`).
+        at: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// The two sides of a seam whose types differ.

@@ -3,7 +3,8 @@
 //! stitcher that merges modules from different producers into one program
 //! ([`stitch`]), the target-specific rewrites applied just before compiling
 //! ([`lower`]: host GEMM/convolution calls, collectives), the differential
-//! conformance runner's pure parts ([`conform`]), and graph views ([`viz`]).
+//! conformance runner's pure parts ([`conform`]), graph views ([`viz`]), and
+//! shape refinement of dynamic modules to concrete shapes ([`refine`]).
 //!
 //! The crate has no Python and no dynamic-loading dependencies; the runtime
 //! lives in `pjrt-client`, compiling a module for a plugin in
@@ -19,6 +20,7 @@ pub mod ir;
 pub mod lower;
 pub mod parse;
 pub mod print;
+pub mod refine;
 pub mod stitch;
 pub mod viz;
 

@@ -1,0 +1,245 @@
+//! `func.call` specialisation. A callee is refined to the call's operand
+//! types, with the call's constant operands (dimension values, as
+//! `jax.export` passes them to its inner functions) known inside it. A
+//! callee with one call site is refined in place; otherwise each distinct
+//! (operand types, constants) signature gets its own copy, `@f_refined_N`,
+//! and identical calls share it.
+
+use super::lit::Lit;
+use super::signature::{entry_args, update_function_type};
+use super::span::refinement_error;
+use super::Refiner;
+use crate::ir::{Attribute, BlockId, Module, NamedAttr, OpId, RegionId, Type, TypeId, ValueDef, ValueId};
+use crate::Result;
+use rustc_hash::FxHashMap;
+
+/// What a specialisation depends on.
+pub(crate) type SpecKey = (String, Vec<TypeId>, Vec<Option<Lit>>);
+
+/// The function a `func.call` names.
+pub(crate) fn callee_name(m: &Module, op: OpId) -> Option<String> {
+    match m.attr(m.op_attr(op, "callee")?) {
+        Attribute::SymbolRef(path) if path.len() == 1 => {
+            Some(m.str(path[0]).trim_matches('"').to_string())
+        }
+        _ => None,
+    }
+}
+
+impl Refiner<'_> {
+    /// Refine the callee of `call` for its operands, then the call's results.
+    pub(crate) fn refine_call(&mut self, call: OpId) -> Result<()> {
+        if let Some(e) = self.too_deep(call) {
+            return Err(e);
+        }
+        let name = callee_name(self.m, call)
+            .ok_or_else(|| refinement_error(self.m, call, "call without a plain @callee"))?;
+        let &callee = self
+            .funcs
+            .get(&name)
+            .ok_or_else(|| refinement_error(self.m, call, &format!("no function @{name}")))?;
+        let operands = self.m.op(call).operands.to_vec();
+        let tys: Vec<TypeId> = operands.iter().map(|&v| self.m.value_type(v)).collect();
+        let consts: Vec<Option<Lit>> = operands.iter().map(|v| self.lits.get(v).cloned()).collect();
+        let key: SpecKey = (name.clone(), tys.clone(), consts.clone());
+        let target = match self.specs.get(&key) {
+            Some(t) => t.clone(),
+            None => {
+                let single = self.call_sites.get(&name).copied().unwrap_or(0) <= 1;
+                let (target_name, f) = if single && !self.taken.contains(&name) {
+                    (name.clone(), callee)
+                } else {
+                    let new_name = self.fresh_name(&name);
+                    let f = clone_func(self.m, callee, &new_name).ok_or_else(|| {
+                        refinement_error(self.m, call, &format!("cannot copy @{name}"))
+                    })?;
+                    self.funcs.insert(new_name.clone(), f);
+                    (new_name, f)
+                };
+                self.taken.insert(target_name.clone());
+                self.specs.insert(key, target_name.clone());
+                self.specialise(call, f, &tys, &consts)?;
+                target_name
+            }
+        };
+        let &f = self.funcs.get(&target).expect("specialised function is registered");
+        if target != name {
+            let sym = self.m.sym(&target);
+            let value = self.m.add_attr(Attribute::SymbolRef(vec![sym]));
+            let key = self.m.sym("callee");
+            let o = self.m.op_mut(call);
+            for a in o.props.iter_mut().chain(o.attrs.iter_mut()) {
+                if a.name == key {
+                    a.value = value;
+                }
+            }
+        }
+        let results = match self.m.op_attr(f, "function_type").map(|a| self.m.attr(a)) {
+            Some(Attribute::Type(t)) => match self.m.ty(*t) {
+                Type::Function { results, .. } => results.clone(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        let values = self.m.op(call).results.to_vec();
+        if values.len() != results.len() {
+            return Err(refinement_error(self.m, call, "call and callee disagree on result count"));
+        }
+        for (v, t) in values.into_iter().zip(results) {
+            if let Type::Tensor { dims, .. } = self.m.ty(t).clone() {
+                self.set_dims(call, v, &dims)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Give `f`'s arguments the call's types and constants, and refine it.
+    fn specialise(&mut self, call: OpId, f: OpId, tys: &[TypeId], consts: &[Option<Lit>]) -> Result<()> {
+        let args = entry_args(self.m, f)
+            .ok_or_else(|| refinement_error(self.m, call, "callee has no body"))?;
+        if args.len() != tys.len() {
+            return Err(refinement_error(self.m, call, "call and callee disagree on argument count"));
+        }
+        for ((&a, &t), c) in args.iter().zip(tys).zip(consts) {
+            let old = self.m.value_type(a);
+            if !compatible(self.m, old, t) {
+                return Err(refinement_error(
+                    self.m,
+                    call,
+                    &format!(
+                        "operand type {} does not fit the callee's {}",
+                        crate::print::type_to_string(self.m, t),
+                        crate::print::type_to_string(self.m, old)
+                    ),
+                ));
+            }
+            self.m.values[a.index()].ty = t;
+            if let Some(l) = c {
+                self.lits.insert(a, l.clone());
+            }
+        }
+        self.depth += 1;
+        let r = self.refine_func_body(f);
+        self.depth -= 1;
+        r?;
+        update_function_type(self.m, f);
+        Ok(())
+    }
+
+    fn fresh_name(&self, base: &str) -> String {
+        (0..)
+            .map(|i| format!("{base}_refined_{i}"))
+            .find(|n| !self.funcs.contains_key(n))
+            .expect("some index is free")
+    }
+}
+
+/// Same element type and rank, and equal wherever both are static.
+fn compatible(m: &Module, a: TypeId, b: TypeId) -> bool {
+    match (m.ty(a), m.ty(b)) {
+        (Type::Tensor { dims: da, elem: ea, .. }, Type::Tensor { dims: db, elem: eb, .. }) => {
+            ea == eb
+                && da.len() == db.len()
+                && da
+                    .iter()
+                    .zip(db)
+                    .all(|(&x, &y)| x == crate::ir::DYNAMIC || y == crate::ir::DYNAMIC || x == y)
+        }
+        (Type::UnrankedTensor(ea), Type::Tensor { elem: eb, .. }) => ea == eb,
+        _ => a == b,
+    }
+}
+
+/// A copy of function `f` named `name`, placed right after it.
+fn clone_func(m: &mut Module, f: OpId, name: &str) -> Option<OpId> {
+    let mut map: FxHashMap<ValueId, ValueId> = FxHashMap::default();
+    let new = clone_op(m, f, &mut map);
+    let sym_name = m.sym("sym_name");
+    let value = m.add_attr(Attribute::String {
+        escaped: name.into(),
+        ty: None,
+    });
+    let vis_key = m.sym("sym_visibility");
+    let private = m.add_attr(Attribute::String {
+        escaped: "private".into(),
+        ty: None,
+    });
+    let o = m.op_mut(new);
+    for a in o.props.iter_mut().chain(o.attrs.iter_mut()) {
+        if a.name == sym_name {
+            a.value = value;
+        }
+    }
+    if let Some(a) = o.props.iter_mut().find(|a| a.name == vis_key) {
+        a.value = private;
+    } else {
+        o.props.push(NamedAttr {
+            name: vis_key,
+            value: private,
+        });
+    }
+    let parent = m.op(f).parent?;
+    let pos = m.block(parent).ops.iter().position(|&o| o == f)?;
+    m.blocks[parent.index()].ops.insert(pos + 1, new);
+    m.op_mut(new).parent = Some(parent);
+    Some(new)
+}
+
+/// Deep copy of `op` inside the same module (operands defined outside the
+/// copy keep pointing at the originals).
+fn clone_op(m: &mut Module, op: OpId, map: &mut FxHashMap<ValueId, ValueId>) -> OpId {
+    let src = m.op(op).clone();
+    let new = m.add_op(src.name);
+    {
+        let o = m.op_mut(new);
+        o.props = src.props.clone();
+        o.attrs = src.attrs.clone();
+        o.loc = src.loc;
+        o.operands = src.operands.iter().map(|v| *map.get(v).unwrap_or(v)).collect();
+    }
+    for &r in &src.results {
+        let (ty, hint) = (m.value_type(r), m.value(r).name);
+        let nv = m.add_result(new, ty, hint);
+        map.insert(r, nv);
+    }
+    for &r in &src.regions {
+        clone_region(m, r, new, map);
+    }
+    new
+}
+
+fn clone_region(m: &mut Module, r: RegionId, new_op: OpId, map: &mut FxHashMap<ValueId, ValueId>) {
+    let nr = m.add_region(new_op);
+    let blocks = m.region(r).blocks.clone();
+    let mut bmap: FxHashMap<BlockId, BlockId> = FxHashMap::default();
+    for &b in &blocks {
+        let nb = m.add_block();
+        m.push_block(nr, nb);
+        bmap.insert(b, nb);
+        m.blocks[nb.index()].label = m.block(b).label;
+        for a in m.block(b).args.clone() {
+            let (ty, hint, loc) = (m.value_type(a), m.value(a).name, m.value(a).loc);
+            let na = m.add_block_arg(nb, ty, hint);
+            m.values[na.index()].loc = loc;
+            map.insert(a, na);
+        }
+    }
+    for &b in &blocks {
+        let nb = bmap[&b];
+        for child in m.block(b).ops.clone() {
+            let nc = clone_op(m, child, map);
+            let succ = m.op(child).successors.iter().map(|s| *bmap.get(s).unwrap_or(s)).collect();
+            m.op_mut(nc).successors = succ;
+            m.push_op(nb, nc);
+        }
+    }
+    // Operands used before their definition inside the copy (graph regions)
+    // are remapped once everything exists.
+    for &b in &blocks {
+        for &nc in &m.block(bmap[&b]).ops.clone() {
+            let ops: Vec<ValueId> = m.op(nc).operands.iter().map(|v| *map.get(v).unwrap_or(v)).collect();
+            m.op_mut(nc).operands = ops.into_iter().collect();
+        }
+    }
+    let _ = ValueDef::Pending;
+}
