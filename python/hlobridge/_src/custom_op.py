@@ -54,6 +54,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+from hlobridge._src.dynamo.raise_through import passes_through_dynamo
 from hlobridge._src.errors import ArgumentError, BridgeError, CapturedTensorError, DtypeError
 from hlobridge._src.dtypes import DTYPES, X64, torch_dtype_of
 from hlobridge._src.signature import function_name
@@ -380,6 +381,7 @@ def _set_local(ctx: Any, name: str, value: Any) -> None:
     tx.symbolic_locals[name] = SourcelessBuilder.create(tx, value)
 
 
+@passes_through_dynamo  # an hlobridge error keeps its class through torch.compile
 def _comptime_register(ctx: Any) -> None:
     """Dynamo compile time, in :func:`traced_call`'s frame: register the
     traced ``fn`` and set the local ``key``."""

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from hlobridge._src import custom_op  # noqa: F401  (registers hlobridge::call_jax)
+from hlobridge._src.dynamo.raise_through import passes_through_dynamo
+
 __all__ = ["backend", "register"]
 
 _counter = {"graph": 0}
@@ -44,6 +46,7 @@ def _compiler(kind: str, inputs: tuple[list[str], Any] = ([], None)
     return compile_graph
 
 
+@passes_through_dynamo  # an hlobridge error reaches the user by its own class
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
     """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
     inference compilers."""
