@@ -257,6 +257,9 @@ REGRESSIONS: dict[str, Case] = {
         torch.tensor([1.0546875, 0.5, -1.1], dtype=torch.bfloat16)), False),
     "div_floor_f16": (lambda a, b: torch.div(a, b, rounding_mode="floor"),
                       lambda g: (_r(g, 200, scale=8.0).half(), _r(g, 200).half()), False),
+    "linalg_inv_complex": (torch.linalg.inv, lambda g: (_c(g, 5, 5),), True),
+    "linalg_inv_ex_complex_batched": (lambda a: torch.linalg.inv_ex(a)[0],
+                                      lambda g: (_c(g, 3, 4, 4),), False),
     "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
                                                    _r(g, 200).bfloat16()), False),
 }
