@@ -260,6 +260,9 @@ REGRESSIONS: dict[str, Case] = {
     "linalg_inv_complex": (torch.linalg.inv, lambda g: (_c(g, 5, 5),), True),
     "linalg_inv_ex_complex_batched": (lambda a: torch.linalg.inv_ex(a)[0],
                                       lambda g: (_c(g, 3, 4, 4),), False),
+    "div_scalar_complex": (lambda y: torch.ops.aten.div.Scalar(y, 3.0), lambda g: (_c(g, 2, 5),),
+                           False),
+    "trapezoid_complex_grad": (torch.trapezoid, lambda g: (_c(g, 2, 5), _c(g, 2, 5)), True),
     "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
                                                    _r(g, 200).bfloat16()), False),
 }

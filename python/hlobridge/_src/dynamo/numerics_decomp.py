@@ -66,6 +66,10 @@ Found by the OpInfo sweep (``make sweep``, #27):
 ``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``) of complex matrices
     wrong (error 1.99 relative). Here: the inverse of the real embedding.
 
+``div.Scalar`` of complex tensors
+    returned the real part only (``trapezoid(y, x)`` of complex inputs came
+    back float32). Here: division by a 0-d tensor.
+
 ``floor_divide``, ``div(rounding_mode=...)``, ``remainder`` of bfloat16/float16
     torch computes in float32; torch_xla divided in the 16-bit type
     (``-5.28 // 1.05``: -5 instead of -6). Here: in float32.
@@ -381,6 +385,16 @@ def _inv_ex_complex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
     return c + 1j * d, info
 
 
+def _div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
+    """``div.Scalar`` of a complex tensor: torch_xla returned the real part
+    only (float32 for complex64: ``trapezoid(y, x)``,
+    ``cumulative_trapezoid`` of complex inputs). Here: ``div.Tensor`` by a
+    0-d tensor, which torch_xla gets right."""
+    if not x.is_complex():
+        return NotImplemented
+    return _aten.div.Tensor(x, torch.scalar_tensor(other, dtype=x.dtype))
+
+
 def numerics_decompositions() -> dict[Any, Any]:
     """The table (module docs); merged into the backend's decompositions."""
     a = _aten
@@ -413,6 +427,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.std_mean.correction: _complex_var(a.std_mean.correction),
         a.cummax.default: _cummax,
         a.linalg_inv_ex.default: _inv_ex_complex,
+        a.div.Scalar: _div_scalar_complex,
         a.floor_divide.default: _in_float32(a.floor_divide.default),
         a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
         a.div.Scalar_mode: _in_float32(a.div.Scalar_mode),
