@@ -177,12 +177,13 @@ def test_torch_jax_torch_is_one_executable_without_graph_break() -> None:
     for g in new:
         assert len(g.programs) == 1  # one signature -> one executable
         prog = next(iter(g.programs.values()))
-        main = [s for s in prog.segments if s.engine != "constant"]
-        assert [s.producer for s in main] == ["torch", "jax", "torch"], prog.segments
+        # The computing segments only: scalar constants are counted on the
+        # segment that reads them, not listed.
+        assert [s.producer for s in prog.segments] == ["torch", "jax", "torch"], prog.segments
+        assert all(s.engine != "constant" for s in prog.segments)
         assert {s.fingerprint for s in prog.segments} == {prog.exe.fingerprint}
     assert receipt is not None
-    fw_segments = [s for s in receipt.segments if s.engine != "constant"]
-    assert [(s.producer, s.engine) for s in fw_segments] == [
+    assert [(s.producer, s.engine) for s in receipt.segments] == [
         ("torch", "torch_xla_lazy"), ("jax", "jax.jit"), ("torch", "torch_xla_lazy")]
     assert receipt.input_copies == 0  # parameters and input used in place
     # the backward graph holds the VJP of the JAX function
@@ -320,3 +321,20 @@ def test_entry_point_names_the_backend() -> None:
     with torch.no_grad():
         close(torch.compile(lin, backend="hlobridge", dynamic=False)(x), lin(x), OUT_TOL)
     assert any(s.producer == "torch" for s in hb.last_receipt().segments)  # type: ignore[union-attr]
+
+
+def test_receipt_lists_computing_segments_and_counts_scalar_constants() -> None:
+    """torch_xla makes some scalars (LayerNorm's eps...) parameters;
+    hlobridge stitches each as a one-constant module XLA folds. The receipt
+    lists only the computing segment and counts them on it."""
+    torch._dynamo.reset()
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.LayerNorm(16),
+                            torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        out = torch.compile(m, backend=hbd.backend, dynamic=False, fullgraph=True)(x)
+        close(out, m(x), OUT_TOL)
+    r = hb.last_receipt()
+    assert r is not None
+    assert [(s.producer, s.engine) for s in r.segments] == [("torch", "torch_xla_lazy")]
+    assert r.segments[0].constants >= 1, r.segments

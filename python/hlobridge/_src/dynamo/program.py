@@ -62,6 +62,10 @@ class StitchedSegment(Segment):
     """The compiled graph it belongs to (``"forward #0"``, ``"backward #0"``...)."""
     ops: int = 0
     """Ops the segment contributed before inlining and dead-code removal."""
+    constants: int = 0
+    """Scalar constants the segment reads that torch_xla made parameters:
+    each is stitched as a one-constant module that XLA folds into it (not
+    listed as a segment of its own)."""
 
 
 @dataclass
@@ -304,11 +308,15 @@ class CompiledGraph:
         exe, hit = _native.compile(text)
         report = json.loads(report_json)
         ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
+        # The receipt lists the computing segments; each scalar constant
+        # segment (XLA folds it) is counted on the segment that reads it.
+        scalar = {s[5][0] for s, e in zip(segs, engines) if e == "constant"}
         segments = tuple(
             StitchedSegment(name=s[0], producer=s[1], fingerprint=exe.fingerprint,
                             num_inputs=len(s[4]), num_outputs=len(s[5]), engine=e,
-                            graph=self.label, ops=int(ops.get(s[0], 0)))
-            for s, e in zip(segs, engines))
+                            graph=self.label, ops=int(ops.get(s[0], 0)),
+                            constants=sum(1 for h in s[4] if h in scalar))
+            for s, e in zip(segs, engines) if e != "constant")
         const_tensors = [consts[n].contiguous() for n in used_consts]
         shapes = [types[part.placeholders[i]][0] for i in used_args]
         shapes += [tuple(c.shape) for c in const_tensors]
