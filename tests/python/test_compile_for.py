@@ -357,3 +357,17 @@ def test_mosaic_gpu_kernel_compiles_with_the_mosaic_gpu_runtime():
     exe = hb.compile_for("cuda:h100", prog)
     check(exe, "cuda:h100")
     assert [(k.custom_call_target, k.backend) for k in exe.kernels] == [("mosaic_gpu_v2", "Pallas Mosaic GPU")]
+
+
+def test_a_plain_module_is_compiled_for_the_target() -> None:
+    """An ``nn.Module`` that is not ``torch.compile``'d is compiled as one
+    graph; a model compiled with another backend is refused by name."""
+    need("tpu:v5e")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU())
+    x = torch.randn(4, 16)
+    exe = hb.compile_for("tpu:v5e", m, x)
+    assert exe.receipt.what == "torch.compile" and exe.receipt.platform == "tpu"
+    assert exe.memory is not None and exe.memory.arguments >= (16 * 8 + 8 + 4 * 16) * 4
+    with pytest.raises(hb.ArgumentError, match="built no hlobridge program"):
+        hb.compile_for("cpu", torch.compile(m, backend="eager"), x)

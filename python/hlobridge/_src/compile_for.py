@@ -9,7 +9,9 @@ libtpu for ``tpu:v5e``/``tpu:v6e``/``tpu:v5p``, the CUDA PJRT plugin for
   arguments: torch tensors, pytrees allowed): lowered for the target's
   platform, so Pallas kernels in it lower for TPU (Mosaic) or GPU as
   written (on ``cpu`` in interpret mode, as ``call_jax`` does);
-- a ``torch.compile(model, backend="hlobridge")`` model (or any callable
+- an ``nn.Module`` (compiled here with ``torch.compile(model,
+  backend="hlobridge", fullgraph=True, dynamic=False)``), or a
+  ``torch.compile(model, backend="hlobridge")`` model (or any callable
   that runs one): called once on ``example_inputs`` under ``torch.no_grad()``
   so the backend builds its stitched inference program (this runs the
   model once on the CPU, as a first call would), and that program is
@@ -232,6 +234,9 @@ def compile_for(target: str, what: Any, *example_inputs: Any, devices: int | Non
         if isinstance(what, TrainStep):
             kind, progs = "compile_train_step", _train_step(what, example_inputs)
         elif isinstance(what, torch.nn.Module) or hasattr(what, "_torchdynamo_orig_callable"):
+            if isinstance(what, torch.nn.Module) and not hasattr(what, "_orig_mod"):
+                # A plain module: compiled here, as one graph.
+                what = torch.compile(what, backend="hlobridge", fullgraph=True, dynamic=False)
             kind, progs = "torch.compile", _torch_compiled(what, example_inputs, kwargs)
         elif callable(what):
             kind = "call_jax"
@@ -242,6 +247,10 @@ def compile_for(target: str, what: Any, *example_inputs: Any, devices: int | Non
                                         f"function, a torch.compile'd model, a TrainStep, a stitched "
                                         f"program or module text")
         if kind != "call_jax":
+            if not progs:
+                raise ArgumentError(
+                    f"compile_for: running the {kind} model built no hlobridge program; compile it "
+                    f"with torch.compile(model, backend=\"hlobridge\") or pass the nn.Module itself")
             if len(progs) != 1:
                 raise ArgumentError(
                     f"compile_for: running {kind} built {len(progs)} hlobridge programs; expected one (a "
