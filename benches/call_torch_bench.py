@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,9 @@ def dlpack_hop(model: torch.nn.Module, names: list[str]) -> Any:
     """``f(params, ids)`` running ``model`` in eager torch via callbacks."""
 
     def run(params: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
-        state = {n: torch.from_numpy(np.array(params[n], copy=False)) for n in names}
+        with warnings.catch_warnings():  # read-only views of JAX's buffers: not written
+            warnings.simplefilter("ignore", UserWarning)
+            state = {n: torch.from_numpy(np.asarray(params[n])) for n in names}
         with torch.no_grad():
             out = torch.func.functional_call(model, state, (torch.from_numpy(np.asarray(ids)),))
         return out.numpy()

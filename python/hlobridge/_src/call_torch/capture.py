@@ -111,6 +111,9 @@ class TorchFn:
         self.name = name
         self._captures: dict[tuple[Spec, ...], Capture] = {}
         self._derived: dict[Hashable, TorchFn] = {}
+        self.grad_inputs = True
+        """Trace with floating inputs requiring grad (see :meth:`_trace`);
+        off for backward functions, which mark their own."""
         self.jax_cache: dict[str, Any] = {}
         """The JAX callables :mod:`~hlobridge._src.call_torch.vjp` builds
         around this function (made once per ``TorchFn``)."""
@@ -175,6 +178,7 @@ class TorchFn:
 
                 got = self._derived[key] = TorchFn(backward, (self.key, key),
                                                    f"{self.name} (vjp)")
+                got.grad_inputs = False
             return got
 
     # -- capture ---------------------------------------------------------------
@@ -212,8 +216,27 @@ class TorchFn:
         examples = [mode.from_tensor(torch.empty(s, dtype=dt)) for s, dt in sig]
         try:
             with sdpa_kernel([SDPBackend.MATH]), mode:
-                gm = make_fx(self.flat, decomposition_table=decompositions(),
-                             tracing_mode="real")(*examples)
+                gm = None
+                if self.grad_inputs and any(e.dtype.is_floating_point for e in examples):
+                    # Floating inputs marked as requiring grad, as the
+                    # backend's AOTAutograd sees parameters: decompositions
+                    # choose by it (``matmul`` of a 3-d activation and a 2-d
+                    # weight folds into one 2-d ``mm`` instead of a ``bmm``
+                    # against the weight broadcast over the batch, a copy in
+                    # XLA). A function that refuses such inputs (in-place
+                    # ops on them) is traced without.
+                    marked = [e.detach().requires_grad_() if e.dtype.is_floating_point else e
+                              for e in examples]
+                    try:
+                        gm = make_fx(self.flat, decomposition_table=decompositions(),
+                                     tracing_mode="real")(*marked)
+                    except BridgeError:
+                        raise
+                    except Exception:
+                        gm = None
+                if gm is None:
+                    gm = make_fx(self.flat, decomposition_table=decompositions(),
+                                 tracing_mode="real")(*examples)
                 if _mutates(gm):
                     # In-place ops (the function's own, or a decomposition's:
                     # the backend's BatchNorm running statistics ``copy_``
