@@ -72,6 +72,15 @@ def test_forward_inside_jit(make: Any, shape: tuple[int, ...], tol: dict[str, fl
     close(got, model(torch.from_numpy(x)) * 2.0, tol)
 
 
+def test_params_share_memory_with_the_module() -> None:
+    """``torch_module``'s params are DLPack views of the module's tensors
+    (fresh torch CPU allocations are aligned, so JAX takes them as they are)."""
+    model = mlp()
+    _, params = hb.torch_module(model)
+    for n, p in model.named_parameters():
+        assert params[n].unsafe_buffer_pointer() == p.data_ptr(), n
+
+
 def test_eager_call_outside_jit() -> None:
     model = mlp()
     x = rand(3, 16)

@@ -55,7 +55,7 @@ def _to_jax(t: torch.Tensor) -> Any:
     t = t.detach()
     if not jax.config.read("jax_enable_x64") and t.dtype in _NARROW:
         t = t.to(_NARROW[t.dtype])
-    return pt_to_jax(t)
+    return pt_to_jax(t.contiguous())  # a copy only for a non-contiguous tensor
 
 
 class _Apply:
