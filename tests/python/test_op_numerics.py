@@ -263,6 +263,15 @@ REGRESSIONS: dict[str, Case] = {
     "div_scalar_complex": (lambda y: torch.ops.aten.div.Scalar(y, 3.0), lambda g: (_c(g, 2, 5),),
                            False),
     "trapezoid_complex_grad": (torch.trapezoid, lambda g: (_c(g, 2, 5), _c(g, 2, 5)), True),
+    "conv_transpose3d_bf16_bias_grad": (
+        lambda x, w, b: F.conv_transpose3d(x, w, b, stride=(3, 2, 1), padding=(1, 2, 3),
+                                           output_padding=(2, 3, 1), groups=2,
+                                           dilation=(4, 4, 4)),
+        lambda g: (_r(g, 2, 2, 4, 4, 4).bfloat16(), _r(g, 2, 2, 4, 5, 6).bfloat16(),
+                   _r(g, 4).bfloat16()), True),
+    "conv2d_f16_bias_grad": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
+                             lambda g: (_r(g, 4, 3, 16, 16).half(), _r(g, 8, 3, 3, 3).half(),
+                                        _r(g, 8).half()), True),
     "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
                                                    _r(g, 200).bfloat16()), False),
 }
