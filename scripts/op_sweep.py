@@ -324,12 +324,14 @@ def main() -> None:
     ap.add_argument("--expected", default=str(expect.DEFAULT_PATH))
     ap.add_argument("--report", default=str(ROOT / "docs" / "op_numerics.md"))
     ap.add_argument("--report-only", action="store_true", help="only rewrite --report")
+    ap.add_argument("--note", default="", help="a paragraph for the report (what the run covered)")
     ap.add_argument("--check", action="store_true",
                     help="exit 1 on an unlisted failure or a stale entry (hlobridge rows)")
     ap.add_argument("--add-expected", action="store_true",
                     help="add the run's unlisted failures to --expected (then review them)")
     ap.add_argument("--retry-failed", action="store_true",
-                    help="drop the shard's failing rows (of --ops/--dtypes) first, so they run again")
+                    help="drop the shard's wrong/crash/timeout rows (of --ops/--dtypes) first, so they "
+                         "run again (after a fix)")
     ap.add_argument("--subset", action="store_true",
                     help="the make-test subset's cases (subset_dtypes); use with --samples 1")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -346,7 +348,7 @@ def main() -> None:
         wanted = set(args.ops.split(",")) - {""}
         dts = set(args.dtypes.split(","))
         keep = [r for r in read_rows(out) if not (
-            r["status"] in FAILURES and r["dtype"] in dts
+            r["status"] in ("wrong", "crash", "timeout") and r["dtype"] in dts
             and (not wanted or r["op"] in wanted))]
         out.write_text("".join(json.dumps(r) + "\n" for r in keep))
     if not args.report_only:
@@ -362,7 +364,8 @@ def main() -> None:
     if args.report:
         import op_sweep_report
 
-        op_sweep_report.write(rows, all_rows(out_dir, "inductor"), entries, Path(args.report))
+        op_sweep_report.write(rows, all_rows(out_dir, "inductor"), entries, Path(args.report),
+                              args.note)
     if args.check:
         problems = expect.check(rows, entries)
         for p in problems:

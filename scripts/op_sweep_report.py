@@ -120,8 +120,18 @@ def _grouped(rows: list[dict[str, Any]], status: str, limit: int = 40) -> list[s
     return out + [""]
 
 
+def _coverage(rows: list[dict[str, Any]], name: str) -> str:
+    if not rows:
+        return f"{name}: nothing swept yet."
+    per: dict[str, set[str]] = {}
+    for r in rows:
+        per.setdefault(r["dtype"], set()).add(r["dir"])
+    return (f"{name}: {len(rows)} samples, "
+            + ", ".join(f"{d} ({'+'.join(sorted(v))})" for d, v in sorted(per.items())) + ".")
+
+
 def write(rows: list[dict[str, Any]], ind: list[dict[str, Any]],
-          entries: dict[expect.Key, expect.Entry], path: Path) -> None:
+          entries: dict[expect.Key, expect.Entry], path: Path, note: str = "") -> None:
     totals = _totals()
     dts = [d for d in ("float32", "float64", "bfloat16", "float16", "int8", "int16", "int32",
                        "int64", "uint8", "bool", "complex64")
@@ -132,7 +142,10 @@ def write(rows: list[dict[str, Any]], ind: list[dict[str, Any]],
              f"{len(ind)} inductor). *op cases*: op_db entries x this dtype swept (of all "
              "that support it on CPU, random ops excluded); counts are samples; *listed*: "
              "failing samples covered by `tests/python/op_expected_failures.toml`; *pass or "
-             "named*: share of the samples that ran (skips excluded).", ""]
+             "named*: share of the samples that ran (skips excluded).", "",
+             "Covered: " + _coverage(rows, "hlobridge") + " " + _coverage(ind, "inductor"), ""]
+    if note:
+        lines += [note, ""]
     for dt in dts:
         lines += _table(rows, ind, dt, entries, (totals or {}).get(dt))
     lines += ["### hlobridge and inductor on the same samples", ""] + _same_cases(rows, ind)
