@@ -28,7 +28,11 @@ pub fn check(m: &Module, op: OpId, lits: &FxHashMap<ValueId, Lit>) -> Result<()>
         .and_then(|v| lits.get(v))
         .and_then(Lit::scalar)
         .ok_or_else(|| {
-            refinement_error(m, op, "the shape assertion's predicate does not fold to a constant")
+            refinement_error(
+                m,
+                op,
+                "the shape assertion's predicate does not fold to a constant",
+            )
         })?;
     if pred != 0 {
         return Ok(());
@@ -68,11 +72,17 @@ fn describe(message: &str) -> (String, String) {
         .or_else(|| quoted("for dimension"))
         .or_else(|| {
             let at = message.find("args[")?;
-            let end = message[at..].find(|c: char| c == ' ' || c == ')' || c == ',')?;
+            let end = message[at..].find([' ', ')', ','])?;
             Some(message[at..at + end].to_string())
         })
         .unwrap_or_else(|| "?".to_string());
-    let sentence = |s: &str| s.split(". ").next().unwrap_or(s).trim_end_matches('.').to_string();
+    let sentence = |s: &str| {
+        s.split(". ")
+            .next()
+            .unwrap_or(s)
+            .trim_end_matches('.')
+            .to_string()
+    };
     let constraint = match message.find("Expected") {
         Some(at) => sentence(&message[at..]),
         None => sentence(message),

@@ -9,7 +9,9 @@ use super::lit::Lit;
 use super::signature::{entry_args, update_function_type};
 use super::span::refinement_error;
 use super::Refiner;
-use crate::ir::{Attribute, BlockId, Module, NamedAttr, OpId, RegionId, Type, TypeId, ValueDef, ValueId};
+use crate::ir::{
+    Attribute, BlockId, Module, NamedAttr, OpId, RegionId, Type, TypeId, ValueDef, ValueId,
+};
 use crate::Result;
 use rustc_hash::FxHashMap;
 
@@ -62,7 +64,10 @@ impl Refiner<'_> {
                 target_name
             }
         };
-        let &f = self.funcs.get(&target).expect("specialised function is registered");
+        let &f = self
+            .funcs
+            .get(&target)
+            .expect("specialised function is registered");
         if target != name {
             let sym = self.m.sym(&target);
             let value = self.m.add_attr(Attribute::SymbolRef(vec![sym]));
@@ -83,7 +88,11 @@ impl Refiner<'_> {
         };
         let values = self.m.op(call).results.to_vec();
         if values.len() != results.len() {
-            return Err(refinement_error(self.m, call, "call and callee disagree on result count"));
+            return Err(refinement_error(
+                self.m,
+                call,
+                "call and callee disagree on result count",
+            ));
         }
         for (v, t) in values.into_iter().zip(results) {
             if let Type::Tensor { dims, .. } = self.m.ty(t).clone() {
@@ -94,11 +103,21 @@ impl Refiner<'_> {
     }
 
     /// Give `f`'s arguments the call's types and constants, and refine it.
-    fn specialise(&mut self, call: OpId, f: OpId, tys: &[TypeId], consts: &[Option<Lit>]) -> Result<()> {
+    fn specialise(
+        &mut self,
+        call: OpId,
+        f: OpId,
+        tys: &[TypeId],
+        consts: &[Option<Lit>],
+    ) -> Result<()> {
         let args = entry_args(self.m, f)
             .ok_or_else(|| refinement_error(self.m, call, "callee has no body"))?;
         if args.len() != tys.len() {
-            return Err(refinement_error(self.m, call, "call and callee disagree on argument count"));
+            return Err(refinement_error(
+                self.m,
+                call,
+                "call and callee disagree on argument count",
+            ));
         }
         for ((&a, &t), c) in args.iter().zip(tys).zip(consts) {
             let old = self.m.value_type(a);
@@ -137,7 +156,14 @@ impl Refiner<'_> {
 /// Same element type and rank, and equal wherever both are static.
 fn compatible(m: &Module, a: TypeId, b: TypeId) -> bool {
     match (m.ty(a), m.ty(b)) {
-        (Type::Tensor { dims: da, elem: ea, .. }, Type::Tensor { dims: db, elem: eb, .. }) => {
+        (
+            Type::Tensor {
+                dims: da, elem: ea, ..
+            },
+            Type::Tensor {
+                dims: db, elem: eb, ..
+            },
+        ) => {
             ea == eb
                 && da.len() == db.len()
                 && da
@@ -195,7 +221,11 @@ fn clone_op(m: &mut Module, op: OpId, map: &mut FxHashMap<ValueId, ValueId>) -> 
         o.props = src.props.clone();
         o.attrs = src.attrs.clone();
         o.loc = src.loc;
-        o.operands = src.operands.iter().map(|v| *map.get(v).unwrap_or(v)).collect();
+        o.operands = src
+            .operands
+            .iter()
+            .map(|v| *map.get(v).unwrap_or(v))
+            .collect();
     }
     for &r in &src.results {
         let (ty, hint) = (m.value_type(r), m.value(r).name);
@@ -228,7 +258,12 @@ fn clone_region(m: &mut Module, r: RegionId, new_op: OpId, map: &mut FxHashMap<V
         let nb = bmap[&b];
         for child in m.block(b).ops.clone() {
             let nc = clone_op(m, child, map);
-            let succ = m.op(child).successors.iter().map(|s| *bmap.get(s).unwrap_or(s)).collect();
+            let succ = m
+                .op(child)
+                .successors
+                .iter()
+                .map(|s| *bmap.get(s).unwrap_or(s))
+                .collect();
             m.op_mut(nc).successors = succ;
             m.push_op(nb, nc);
         }
@@ -237,7 +272,12 @@ fn clone_region(m: &mut Module, r: RegionId, new_op: OpId, map: &mut FxHashMap<V
     // are remapped once everything exists.
     for &b in &blocks {
         for &nc in &m.block(bmap[&b]).ops.clone() {
-            let ops: Vec<ValueId> = m.op(nc).operands.iter().map(|v| *map.get(v).unwrap_or(v)).collect();
+            let ops: Vec<ValueId> = m
+                .op(nc)
+                .operands
+                .iter()
+                .map(|v| *map.get(v).unwrap_or(v))
+                .collect();
             m.op_mut(nc).operands = ops.into_iter().collect();
         }
     }

@@ -60,7 +60,11 @@ pub fn remove_dead(m: &mut Module, main: OpId) {
         let ops = m.block(b).ops.clone();
         let mut dead = FxHashSet::default();
         for &o in ops.iter().rev() {
-            let unused = m.op(o).results.iter().all(|r| uses.get(r.index()).is_none_or(|&u| u == 0));
+            let unused = m
+                .op(o)
+                .results
+                .iter()
+                .all(|r| uses.get(r.index()).is_none_or(|&u| u == 0));
             if unused && !m.op(o).results.is_empty() && is_pure(m, o) {
                 dead.insert(o);
                 for &v in &m.op(o).operands {
@@ -100,7 +104,10 @@ fn reachable_funcs(m: &Module, main: OpId) -> FxHashSet<OpId> {
         m.walk(f, &mut |o| {
             for a in m.op(o).props.iter().chain(m.op(o).attrs.iter()) {
                 if let Attribute::SymbolRef(path) = m.attr(a.value) {
-                    if let Some(&g) = path.first().and_then(|s| by_name.get(m.str(*s).trim_matches('"'))) {
+                    if let Some(&g) = path
+                        .first()
+                        .and_then(|s| by_name.get(m.str(*s).trim_matches('"')))
+                    {
                         stack.push(g);
                     }
                 }

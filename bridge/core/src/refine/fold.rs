@@ -1,9 +1,10 @@
 //! Constant folding of shape arithmetic: once the arguments' shapes are
 //! known, `get_dimension_size` is a constant, and so is every small integer
-//! computation on it (`convert`, `reshape`, `concatenate`, `broadcast_in_dim`,
-//! `slice`, the integer elementwise ops, `compare`, `select`, and the
+//! computation on it (`convert`, `reshape`, `concatenate`, `slice`, the integer elementwise ops, `compare`, `select`, and the
 //! reshape-shape helpers). [`fold`] evaluates one op whose operands are
-//! known; the driver turns the op into a `stablehlo.constant`.
+//! known; the driver turns the op into a `stablehlo.constant`. The set
+//! follows jaxlib's refinement (`broadcast_in_dim` of a constant, for one,
+//! stays an op there and here).
 
 use super::lit::{foldable_type, strides, unflatten, IntKind, Lit};
 use crate::dialects::common::{get_enum, get_i64_array, get_int};
@@ -49,26 +50,6 @@ pub fn fold(m: &Module, op: OpId, lits: &FxHashMap<ValueId, Lit>) -> Option<Lit>
                     .map(|&v| convert(v, a.kind, kind))
                     .collect::<Vec<_>>()
             })?
-        }
-        "stablehlo.broadcast_in_dim" => {
-            let a = args.first()?;
-            let bd = get_i64_array(m, m.op_attr(op, "broadcast_dimensions")?)?;
-            if bd.len() != a.dims.len() {
-                return None;
-            }
-            let st = strides(&a.dims);
-            (0..n)
-                .map(|i| {
-                    let idx = unflatten(i, &dims);
-                    let mut src = 0usize;
-                    for (j, &r) in bd.iter().enumerate() {
-                        let k = *idx.get(r as usize)?;
-                        let k = if a.dims[j] == 1 { 0 } else { k };
-                        src += k * st[j];
-                    }
-                    a.vals.get(src).copied()
-                })
-                .collect::<Option<Vec<_>>>()?
         }
         "stablehlo.concatenate" => {
             let axis = usize::try_from(get_int(m, m.op_attr(op, "dimension")?)?).ok()?;
@@ -222,7 +203,13 @@ fn unary(name: &str) -> Option<Unary> {
     Some(match name {
         "stablehlo.negate" => |v, _| Some(v.wrapping_neg()),
         "stablehlo.abs" => |v, _| Some(v.wrapping_abs()),
-        "stablehlo.sign" => |v, k| Some(if k.unsigned { (v != 0) as i64 } else { v.signum() }),
+        "stablehlo.sign" => |v, k| {
+            Some(if k.unsigned {
+                (v != 0) as i64
+            } else {
+                v.signum()
+            })
+        },
         "stablehlo.not" => |v, k| Some(if k.width == 1 { (v == 0) as i64 } else { !v }),
         _ => return None,
     })
@@ -252,10 +239,18 @@ fn binary(name: &str) -> Option<Binary> {
             }
         },
         "stablehlo.maximum" => |a, b, k| {
-            Some(if k.unsigned { (a as u64).max(b as u64) as i64 } else { a.max(b) })
+            Some(if k.unsigned {
+                (a as u64).max(b as u64) as i64
+            } else {
+                a.max(b)
+            })
         },
         "stablehlo.minimum" => |a, b, k| {
-            Some(if k.unsigned { (a as u64).min(b as u64) as i64 } else { a.min(b) })
+            Some(if k.unsigned {
+                (a as u64).min(b as u64) as i64
+            } else {
+                a.min(b)
+            })
         },
         "stablehlo.and" => |a, b, _| Some(a & b),
         "stablehlo.or" => |a, b, _| Some(a | b),

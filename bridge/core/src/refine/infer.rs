@@ -18,13 +18,56 @@ pub fn dims_of(m: &Module, v: ValueId) -> Option<Dims> {
 
 /// Ops whose result has the shape of their (same-rank) operands.
 const ELEMENTWISE: &[&str] = &[
-    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
-    "cosine", "count_leading_zeros", "divide", "exponential", "exponential_minus_one", "floor",
-    "imag", "is_finite", "log", "log_plus_one", "logistic", "maximum", "minimum", "multiply",
-    "negate", "not", "or", "popcnt", "power", "real", "reduce_precision", "remainder",
-    "round_nearest_afz", "round_nearest_even", "rsqrt", "select", "shift_left",
-    "shift_right_arithmetic", "shift_right_logical", "sign", "sine", "sqrt", "subtract", "tan",
-    "tanh", "xor", "uniform_quantize", "uniform_dequantize", "reverse", "cholesky",
+    "abs",
+    "add",
+    "and",
+    "atan2",
+    "cbrt",
+    "ceil",
+    "clamp",
+    "compare",
+    "complex",
+    "convert",
+    "cosine",
+    "count_leading_zeros",
+    "divide",
+    "exponential",
+    "exponential_minus_one",
+    "floor",
+    "imag",
+    "is_finite",
+    "log",
+    "log_plus_one",
+    "logistic",
+    "maximum",
+    "minimum",
+    "multiply",
+    "negate",
+    "not",
+    "or",
+    "popcnt",
+    "power",
+    "real",
+    "reduce_precision",
+    "remainder",
+    "round_nearest_afz",
+    "round_nearest_even",
+    "rsqrt",
+    "select",
+    "shift_left",
+    "shift_right_arithmetic",
+    "shift_right_logical",
+    "sign",
+    "sine",
+    "sqrt",
+    "subtract",
+    "tan",
+    "tanh",
+    "xor",
+    "uniform_quantize",
+    "uniform_dequantize",
+    "reverse",
+    "cholesky",
 ];
 
 /// CHLO ops that are not elementwise (everything else in `chlo.` with one
@@ -153,7 +196,10 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
             let rb = field_list(text, "rhs_batching_dimensions")?;
             let lc = field_list(text, "lhs_contracting_dimensions")?;
             let rc = field_list(text, "rhs_contracting_dimensions")?;
-            let mut out: Dims = lb.iter().map(|&i| l.get(i as usize).copied()).collect::<Option<_>>()?;
+            let mut out: Dims = lb
+                .iter()
+                .map(|&i| l.get(i as usize).copied())
+                .collect::<Option<_>>()?;
             for (i, &d) in l.iter().enumerate() {
                 if !lb.contains(&(i as i64)) && !lc.contains(&(i as i64)) {
                     out.push(d);
@@ -234,7 +280,8 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
         }
         "convolution" => {
             let (l, k) = (operand(0)?, operand(1)?);
-            let [ld, kd, od] = crate::lower::host_conv::read_conv_dims(opaque(m, op, "dimension_numbers")?)?;
+            let [ld, kd, od] =
+                crate::lower::host_conv::read_conv_dims(opaque(m, op, "dimension_numbers")?)?;
             let nsp = ld.len() - 2;
             let st = i64s(m, op, "window_strides").unwrap_or_else(|| vec![1; nsp]);
             let lhs_dil = i64s(m, op, "lhs_dilation").unwrap_or_else(|| vec![1; nsp]);
@@ -265,7 +312,14 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
 }
 
 /// Output size of a window op along one dimension.
-fn window_out(d: i64, w: i64, stride: i64, base: i64, wdil: i64, (lo, hi): (i64, i64)) -> Option<i64> {
+fn window_out(
+    d: i64,
+    w: i64,
+    stride: i64,
+    base: i64,
+    wdil: i64,
+    (lo, hi): (i64, i64),
+) -> Option<i64> {
     if d == DYNAMIC || w == DYNAMIC {
         return Some(DYNAMIC);
     }
@@ -274,7 +328,11 @@ fn window_out(d: i64, w: i64, stride: i64, base: i64, wdil: i64, (lo, hi): (i64,
     }
     let padded = if d == 0 { 0 } else { (d - 1) * base + 1 } + lo + hi;
     let win = if w == 0 { 0 } else { (w - 1) * wdil + 1 };
-    Some(if padded < win { 0 } else { (padded - win) / stride + 1 })
+    Some(if padded < win {
+        0
+    } else {
+        (padded - win) / stride + 1
+    })
 }
 
 /// Result dims of `pad`.
@@ -309,8 +367,11 @@ pub fn gather_dims(text: &str, idx: &[i64], sizes: &[i64]) -> Option<Dims> {
     let offset = field_list(text, "offset_dims")?;
     let collapsed = field_list(text, "collapsed_slice_dims")?;
     let obatch = field_list(text, "operand_batching_dims")?;
-    let ivd = field_int(text, "index_vector_dim", idx.len() as i64)? as usize;
-    let batch: Vec<i64> = (0..idx.len()).filter(|&i| i != ivd).map(|i| idx[i]).collect();
+    let ivd = field_int(text, "index_vector_dim", 0)? as usize;
+    let batch: Vec<i64> = (0..idx.len())
+        .filter(|&i| i != ivd)
+        .map(|i| idx[i])
+        .collect();
     let offs: Vec<i64> = (0..sizes.len())
         .filter(|i| !collapsed.contains(&(*i as i64)) && !obatch.contains(&(*i as i64)))
         .map(|i| sizes[i])

@@ -78,7 +78,9 @@ pub fn typed_within(m: &Module, ty: TypeId, limit: usize) -> Option<(Vec<i64>, I
     if dims.iter().any(|&d| d < 0) {
         return None;
     }
-    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d as usize))?;
+    let n = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d as usize))?;
     (n <= limit).then(|| (dims.to_vec(), kind))
 }
 
@@ -119,7 +121,7 @@ impl Lit {
                 vals.push(kind.wrap(v as i64));
             }
         } else {
-            for tok in body.split(|c: char| c == '[' || c == ']' || c == ',') {
+            for tok in body.split(['[', ']', ',']) {
                 let tok = tok.trim();
                 if tok.is_empty() {
                     continue;

@@ -83,7 +83,9 @@ impl<'m> Refiner<'m> {
     fn new(m: &'m mut Module) -> Self {
         let mut funcs = FxHashMap::default();
         for f in m.top_level_funcs() {
-            if let Some(Attribute::String { escaped, .. }) = m.op_attr(f, "sym_name").map(|a| m.attr(a)) {
+            if let Some(Attribute::String { escaped, .. }) =
+                m.op_attr(f, "sym_name").map(|a| m.attr(a))
+            {
                 funcs.insert(escaped.to_string(), f);
             }
         }
@@ -126,7 +128,9 @@ impl<'m> Refiner<'m> {
                 }
             }
             if !removed.is_empty() {
-                self.m.blocks[b.index()].ops.retain(|o| !removed.contains(o));
+                self.m.blocks[b.index()]
+                    .ops
+                    .retain(|o| !removed.contains(o));
             }
         }
         Ok(())
@@ -134,7 +138,8 @@ impl<'m> Refiner<'m> {
 
     /// Refine one op; `true` when it is to be removed (a checked assertion).
     fn refine_op(&mut self, op: OpId) -> Result<bool> {
-        let name = self.m.op_name(op);
+        let name = self.m.op_name(op).to_string();
+        let name = name.as_str();
         if name.starts_with("shape.") {
             return Err(refinement_error(
                 self.m,
@@ -154,6 +159,11 @@ impl<'m> Refiner<'m> {
         if dynamic_ops::is_dynamic(name) {
             match dynamic_ops::rewrite(self.m, op, &self.lits) {
                 Ok(d) => forced = d,
+                Err(dynamic_ops::Unrefinable::NotConstant(_))
+                    if name == "stablehlo.real_dynamic_slice"
+                        && dynamic_ops::slice_with_constant_sizes(self.m, op, &self.lits)
+                            .map(|d| forced = Some(d))
+                            .is_some() => {}
                 Err(dynamic_ops::Unrefinable::NotConstant(i)) => {
                     return Err(refinement_error(
                         self.m,
@@ -197,7 +207,13 @@ impl<'m> Refiner<'m> {
         }
         let name = self.m.op_name(op).to_string();
         if name == "stablehlo.while" {
-            let tys: Vec<TypeId> = self.m.op(op).operands.iter().map(|&v| self.m.value_type(v)).collect();
+            let tys: Vec<TypeId> = self
+                .m
+                .op(op)
+                .operands
+                .iter()
+                .map(|&v| self.m.value_type(v))
+                .collect();
             for &r in &regions {
                 if let Some(&b) = self.m.region(r).blocks.first() {
                     let args = self.m.block(b).args.clone();
@@ -223,7 +239,13 @@ impl<'m> Refiner<'m> {
                 .first()
                 .and_then(|&b| self.m.block(b).ops.last().copied());
             if let Some(ret) = ret {
-                let tys: Vec<TypeId> = self.m.op(ret).operands.iter().map(|&v| self.m.value_type(v)).collect();
+                let tys: Vec<TypeId> = self
+                    .m
+                    .op(ret)
+                    .operands
+                    .iter()
+                    .map(|&v| self.m.value_type(v))
+                    .collect();
                 let results = self.m.op(op).results.to_vec();
                 for (v, t) in results.into_iter().zip(tys) {
                     if let Type::Tensor { dims, .. } = self.m.ty(t).clone() {
@@ -280,7 +302,7 @@ impl<'m> Refiner<'m> {
             }
             *d = i;
         }
-        let keeps_encoding = out.iter().any(|&d| d == DYNAMIC);
+        let keeps_encoding = out.contains(&DYNAMIC);
         if out != declared || (!keeps_encoding && has_encoding(self.m, ty)) {
             if let Some(nt) = signature::with_dims(self.m, ty, &out) {
                 self.m.values[v.index()].ty = nt;
@@ -307,12 +329,17 @@ impl<'m> Refiner<'m> {
     }
 
     fn too_deep(&self, op: OpId) -> Option<Error> {
-        (self.depth >= MAX_CALL_DEPTH).then(|| {
-            refinement_error(self.m, op, "calls nest too deeply (recursive functions?)")
-        })
+        (self.depth >= MAX_CALL_DEPTH)
+            .then(|| refinement_error(self.m, op, "calls nest too deeply (recursive functions?)"))
     }
 }
 
 fn has_encoding(m: &Module, ty: TypeId) -> bool {
-    matches!(m.ty(ty), Type::Tensor { encoding: Some(_), .. })
+    matches!(
+        m.ty(ty),
+        Type::Tensor {
+            encoding: Some(_),
+            ..
+        }
+    )
 }

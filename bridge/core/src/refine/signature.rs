@@ -19,7 +19,10 @@ pub fn find_main(m: &Module) -> Result<OpId> {
         Some(Attribute::String { escaped, .. }) => escaped.as_str() == "public",
         _ => true,
     };
-    if let Some(&f) = funcs.iter().find(|&&f| name_of(f) == Some("main") && public(f)) {
+    if let Some(&f) = funcs
+        .iter()
+        .find(|&&f| name_of(f) == Some("main") && public(f))
+    {
         return Ok(f);
     }
     let publics: Vec<OpId> = funcs.iter().copied().filter(|&f| public(f)).collect();
@@ -137,7 +140,13 @@ pub fn update_function_type(m: &mut Module, f: OpId) {
         for &b in &m.region(r).blocks {
             if let Some(&last) = m.block(b).ops.last() {
                 if m.op_name(last) == "func.return" {
-                    results = Some(m.op(last).operands.iter().map(|&v| m.value_type(v)).collect());
+                    results = Some(
+                        m.op(last)
+                            .operands
+                            .iter()
+                            .map(|&v| m.value_type(v))
+                            .collect(),
+                    );
                     break;
                 }
             }

@@ -3,7 +3,7 @@
 //! aliases, names, call sites and fused locations), and always the op's
 //! name and enclosing function.
 
-use crate::ir::{LocId, Location, Module, OpId, TopItem, AliasValue};
+use crate::ir::{AliasValue, LocId, Location, Module, OpId, TopItem};
 use crate::Error;
 
 /// `file:line:col` of a location, if it leads to one.
@@ -17,8 +17,9 @@ fn file_line_col(m: &Module, loc: LocId, depth: u32) -> Option<String> {
             Some(format!("{file}{pos}"))
         }
         Location::Name { child, .. } => file_line_col(m, (*child)?, depth + 1),
-        Location::CallSite { callee, caller } => file_line_col(m, *callee, depth + 1)
-            .or_else(|| file_line_col(m, *caller, depth + 1)),
+        Location::CallSite { callee, caller } => {
+            file_line_col(m, *callee, depth + 1).or_else(|| file_line_col(m, *caller, depth + 1))
+        }
         Location::Fused { locs, .. } => locs.iter().find_map(|&l| file_line_col(m, l, depth + 1)),
         Location::Alias(name) => m.top.iter().find_map(|t| match t {
             TopItem::Alias {
