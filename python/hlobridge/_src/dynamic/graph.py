@@ -69,7 +69,8 @@ class DynamicGraph:
     :class:`~hlobridge._src.dynamo.program.CompiledGraph` (inputs as
     arguments or boxed in one list)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, label: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, label: str,
+                 user_names: list[str] | None = None) -> None:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         from hlobridge._src.dynamo.partition import check_graph
@@ -79,10 +80,10 @@ class DynamicGraph:
         self.label = label
         with unset_fake_temporarily():
             check_graph(gm)
-            self.module: DynamicModule = lower_graph(gm)
+            self.input_names: dict[str, str] = _aot_names(gm, user_names or [])
+            self.module: DynamicModule = lower_graph(gm, self.input_names)
         self.platform = _native.runtime().platform
         self.programs: dict[tuple[tuple[int, ...], ...], ShapeProgram] = {}
-        self.input_names: dict[str, str] = {}
         self.origin: Any = None
         self._fast: Any = None
         self._lock = threading.Lock()
@@ -199,15 +200,39 @@ class DynamicGraph:
         m = self.module
         msg = str(e)
         dim = getattr(e, "dim", None)
-        for sym, (k, a) in m.symbols.items():
-            if re.search(rf"\b{re.escape(str(sym))}\b", msg):
-                dim = m.dim_names.get((k, a), str(sym))
-                break
+        at = _ARG_DIM.search(msg)
+        if at is not None and (int(at[1]), int(at[2])) in m.dim_names:
+            dim = m.dim_names[(int(at[1]), int(at[2]))]
+        else:
+            for sym, (k, a) in m.symbols.items():
+                if re.search(rf"\b{re.escape(str(sym))}\b", msg):
+                    dim = m.dim_names.get((k, a), str(sym))
+                    break
         shapes = ", ".join(str(list(s)) for s in key)
         out = ShapeAssertionError(f"{self.label}: inputs of shapes ({shapes}) violate a shape "
                                   f"assertion on {dim or 'an input dimension'}: {msg}")
         out.dim = dim
         return out
+
+
+_ARG_DIM = re.compile(r"args\[(\d+)\]\.shape\[(\d+)\]")
+_AOT_INPUT = re.compile(r"primals_(\d+)|arg(\d+)_1")
+
+
+def _aot_names(gm: torch.fx.GraphModule, names: list[str]) -> dict[str, str]:
+    """Placeholder -> the user's name of that input (AOTAutograd's
+    ``primals_<k>`` / ``arg<k>_1`` are Dynamo's inputs k-1 / k)."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        m = _AOT_INPUT.fullmatch(n.name)
+        if m is None:
+            continue
+        k = int(m[1]) - 1 if m[1] is not None else int(m[2])
+        if 0 <= k < len(names):
+            out[n.name] = names[k]
+    return out
 
 
 @dataclass

@@ -17,6 +17,7 @@ import importlib.util
 import sys
 import threading
 import types
+import warnings
 from typing import Any
 
 from hlobridge._src.errors import DynamicShapeError
@@ -42,9 +43,11 @@ def aten_table() -> dict[Any, Any]:
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # torchax logs a duplicate registration warning
         try:
-            import torchax.ops.jaten  # noqa: F401  (registers the aten ops)
-            import torchax.ops.jtorch  # noqa: F401
-            from torchax.ops import ops_registry
+            with warnings.catch_warnings():  # torchax uses deprecated JAX names
+                warnings.simplefilter("ignore")
+                import torchax.ops.jaten  # noqa: F401  (registers the aten ops)
+                import torchax.ops.jtorch  # noqa: F401
+                from torchax.ops import ops_registry
         except ImportError as e:  # pragma: no cover - torch_xla without torchax
             raise DynamicShapeError(
                 f"hlobridge dynamic shapes: the aten->JAX op table (torchax, shipped with "
@@ -58,9 +61,25 @@ def aten_table() -> dict[Any, Any]:
         return ops_registry.all_aten_ops  # type: ignore[no-any-return]
 
 
+def _convert_element_type(x: Any, dtype: Any) -> Any:
+    from torchax.ops import mappings
+
+    return x.astype(mappings.t2j_dtype(dtype))
+
+
+def _extras() -> dict[Any, Any]:
+    """Ops the decompositions emit that torchax's table lacks."""
+    import torch
+
+    return {torch.ops.prims.convert_element_type.default: _convert_element_type}
+
+
 def lookup_op(target: Any) -> Any:
     """The JAX implementation of aten op ``target`` (``None`` if none)."""
     table = aten_table()
+    extra = _extras().get(target)
+    if extra is not None:
+        return extra
     op = table.get(target)
     if op is None:
         op = table.get(getattr(target, "overloadpacket", None))

@@ -11,6 +11,11 @@ private function called from a new ``@main`` with the concrete argument
 types (a ``stablehlo.convert`` to each dynamic type, as JAX does when it
 calls an exported function), then the pass refines and inlines.
 
+When the native pass refuses a module with
+:class:`~hlobridge.errors.ShapeRefinementError` (an op it has no rule for
+yet), jaxlib's pass serves that call and ``counters["native_fallback"]``
+counts it; a :class:`~hlobridge.errors.ShapeAssertionError` is final.
+
 Both raise :class:`~hlobridge.errors.ShapeAssertionError` when the shapes
 violate a ``shape_assertion`` and :class:`~hlobridge.errors.ShapeRefinementError`
 for any other failure. :data:`counters` counts refinements by route.
@@ -25,10 +30,13 @@ from collections.abc import Sequence
 from hlobridge import _native
 from hlobridge._src.errors import BridgeError, ShapeAssertionError, ShapeRefinementError
 
-__all__ = ["refine", "route", "counters"]
+__all__ = ["refine", "route", "counters", "last_fallback"]
 
-counters = {"native": 0, "jaxlib": 0}
-"""Refinements done per route, process-wide."""
+counters = {"native": 0, "jaxlib": 0, "native_fallback": 0}
+"""Refinements done per route, process-wide; ``native_fallback``: native
+refusals (:class:`ShapeRefinementError`) that jaxlib's pass then served."""
+last_fallback: list[str] = []
+"""The native pass's message for the last refinement that fell back."""
 _lock = threading.Lock()
 _ASSERTION = re.compile(r"Input shapes do not match[^\n]*")
 
@@ -45,9 +53,16 @@ def refine(text: str, shapes: Sequence[Sequence[int]]) -> str:
     dynamic shapes."""
     shapes = [[int(d) for d in s] for s in shapes]
     if route() == "native":
-        out = _native.refine_shapes(text, shapes)  # type: ignore[attr-defined]
-        counters["native"] += 1
-        return out  # type: ignore[no-any-return]
+        try:
+            out = _native.refine_shapes(text, shapes)  # type: ignore[attr-defined]
+        except ShapeRefinementError as e:
+            # An op the native pass has no rule for yet: jaxlib's pass, counted
+            # (``counters["native_fallback"]``) and remembered (``last_fallback``).
+            counters["native_fallback"] += 1
+            last_fallback[:] = [str(e)]
+        else:
+            counters["native"] += 1
+            return out  # type: ignore[no-any-return]
     out = _refine_jaxlib(text, shapes)
     counters["jaxlib"] += 1
     return out

@@ -37,7 +37,7 @@ def _compiler(kind: str, inputs: tuple[list[str], Any] = ([], None)
         from hlobridge._src.dynamic import DynamicGraph, graph_is_symbolic
 
         if graph_is_symbolic(gm):  # dynamic=True: one module, refined per shape
-            return DynamicGraph(gm, f"{kind} #{n}")
+            return DynamicGraph(gm, f"{kind} #{n}", inputs[0])
         graph = compile_split(gm, f"{kind} #{n}")
         name_inputs(graph, *inputs)  # input names and origin, for hb.viz
         return graph
@@ -62,7 +62,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
     check_backend_collectives(gm)
 
     # Core aten (the op set torch_xla lowers best) + training batch norm.
-    decompositions = _table if _table is not None else backend_decompositions()
+    decompositions = backend_decompositions()
     from hlobridge._src.dynamo.program import dynamo_input_names
 
     inputs = dynamo_input_names(gm)
@@ -77,23 +77,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
 
     with sdpa_kernel([SDPBackend.MATH]):
         return aot(gm, example_inputs, **kwargs)
-
-
-def _decomposition_table() -> dict[Any, Any] | None:
-    """The decomposition table, built once when this module is imported
-    (outside Dynamo's compile): building it while Dynamo compiles (torch's
-    ``core_aten_decompositions()``) has a side effect that breaks the
-    AOTAutograd trace of graphs with symbolic sizes and ``call_jax``
-    (``'FakeTensor' object has no attribute 'fake_mode'``)."""
-    try:
-        from hlobridge._src.dynamo.engine import decompositions as backend_decompositions
-
-        return backend_decompositions()
-    except Exception:  # built per compile instead
-        return None
-
-
-_table = _decomposition_table()
 
 
 def register() -> None:
