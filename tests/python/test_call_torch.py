@@ -190,6 +190,24 @@ def test_capture_cached_per_function_and_signature() -> None:
     assert ct.stats()["lowerings"] == lowered
 
 
+def test_function_and_module_are_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    model = mlp()
+    apply, params = hb.torch_module(model)
+    jax.jit(apply)(params, rand(2, 16))
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    hb.call_torch(fn, rand(3))
+    refs = [weakref.ref(model), weakref.ref(fn)]
+    del model, apply, params, fn
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+
+
 # -- fusion across the seam -------------------------------------------------------------
 
 def _fusions(hlo: str) -> dict[str, str]:

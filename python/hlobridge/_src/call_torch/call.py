@@ -120,19 +120,38 @@ def torch_fn(fn: Callable[..., Any], treedef: Any, statics: tuple[Any, ...],
     return got
 
 
+def _weak(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """A way back to ``fn`` that does not keep its owner alive (the
+    ``TorchFn`` lives in the owner's table, which goes with the owner)."""
+    owner = fn.__self__ if isinstance(fn, types.MethodType) else fn
+    try:
+        ref = weakref.ref(owner)
+    except TypeError:
+        return lambda: fn  # the table keeps such an owner alive anyway
+    if isinstance(fn, types.MethodType):
+        func = fn.__func__
+        return lambda: types.MethodType(func, ref())
+    return ref  # type: ignore[return-value]
+
+
 def _flat(fn: Callable[..., Any], treedef: Any, statics: tuple[Any, ...],
           x64: bool) -> Callable[..., list[torch.Tensor]]:
     out_specs: dict[Any, Any] = {}
+    get = _weak(fn)
+    name = _name(fn)
 
     def flat(*tensors: torch.Tensor) -> list[torch.Tensor]:
         it = iter(tensors)
         leaves = [next(it) if s is None else s for s in statics]
         args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
+        fn = get()
+        if fn is None:
+            raise CallTorchError(f"hb.call_torch: {name} was garbage-collected")
         out = fn(*args, **kwargs)
         outs, spec = pytree.tree_flatten(out)
         bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
         if bad:
-            raise CallTorchError(f"hb.call_torch: {_name(fn)} returned a {bad[0]} leaf; every "
+            raise CallTorchError(f"hb.call_torch: {name} returned a {bad[0]} leaf; every "
                                  f"output leaf must be a tensor")
         if not x64:
             outs = [o.to(_NARROW[o.dtype]) if o.dtype in _NARROW else o for o in outs]
