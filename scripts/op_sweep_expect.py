@@ -8,9 +8,12 @@ with a ``class`` (:data:`CLASSES`), a one-line ``reason`` and ``samples``,
 the indices of the OpInfo samples that fail (absent: any).
 
 A run fails (:func:`check`) when a case fails on a sample that no entry
-lists, when it fails with a status its entry's class does not allow, and
-when a listed case passes on every listed sample the run covered (the entry
-is stale: the file stays true both ways).
+lists, when a listed case gives a wrong number and its class is not one of
+the wrong-number classes, when none of its failing samples has a status its
+class covers (a case may fail in more than one way: a named error on one
+sample, an unnamed one on another), and when a listed case passes on every
+listed sample the run covered (the entry is stale: the file stays true both
+ways).
 """
 
 from __future__ import annotations
@@ -109,9 +112,15 @@ def check(rows: Iterable[dict[str, Any]], entries: dict[Key, Entry]) -> list[Pro
             if e is None or (e.samples is not None and r["sample"] not in e.samples):
                 problems.append(Problem(key, "unlisted", f"sample {r['sample']}: "
                                         f"{r['status']}: {r.get('detail', '')[:160]}"))
-            elif r["status"] not in CLASSES[e.cls]:
-                problems.append(Problem(key, "class", f"sample {r['sample']}: {r['status']} "
+            elif r["status"] == "wrong" and "wrong" not in CLASSES[e.cls]:
+                problems.append(Problem(key, "class", f"sample {r['sample']}: a wrong number "
                                         f"where the entry says {e.cls}"))
+        listed_fail = [r for r in failing if e is not None
+                       and (e.samples is None or r["sample"] in e.samples)]
+        if e is not None and listed_fail and not any(r["status"] in CLASSES[e.cls]
+                                                     for r in listed_fail):
+            problems.append(Problem(key, "class", f"{sorted({r['status'] for r in listed_fail})} "
+                                    f"where the entry says {e.cls}"))
         if e is not None and not failing:
             covered = [r for r in rs if e.samples is None or r["sample"] in e.samples]
             ran = [r for r in covered if r["status"] != "skip"]
@@ -124,7 +133,7 @@ def check(rows: Iterable[dict[str, Any]], entries: dict[Key, Entry]) -> list[Pro
 def listed(r: dict[str, Any], entries: dict[Key, Entry]) -> bool:
     """Whether a failing sample row is covered by an entry."""
     e = entries.get(row_key(r))
-    return (e is not None and r["status"] in CLASSES[e.cls]
+    return (e is not None and (r["status"] != "wrong" or "wrong" in CLASSES[e.cls])
             and (e.samples is None or r["sample"] in e.samples))
 
 
