@@ -245,8 +245,17 @@ def test_fusion_across_the_seam() -> None:
 def test_call_jax_of_call_torch() -> None:
     model = mlp()
     x = torch.randn(4, 16)
-    out = hb.call_jax(lambda a: jnp.tanh(hb.call_torch(model, a)), x)
+    fn = lambda a: jnp.tanh(hb.call_torch(model, a))  # noqa: E731
+    out = hb.call_jax(fn, x)
     torch.testing.assert_close(out, torch.tanh(model(x)).detach(), **TOL)
+    # one program, inputs used in place: the receipt of a second call
+    before = hb.last_receipt().compiles  # type: ignore[union-attr]
+    x2 = torch.randn(4, 16)
+    out = hb.call_jax(fn, x2)
+    receipt = hb.last_receipt()
+    assert receipt is not None and receipt.compiles == before and receipt.input_copies == 0
+    assert len(receipt.segments) == 1
+    torch.testing.assert_close(out, torch.tanh(model(x2)).detach(), **TOL)
 
 
 def test_call_torch_of_call_jax() -> None:
