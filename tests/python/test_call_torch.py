@@ -12,6 +12,7 @@ steps (Adam's division by sqrt(v) magnifies rounding of small gradients).
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -279,6 +280,9 @@ def test_optax_adamw_matches_torch_adamw() -> None:
     optax = pytest.importorskip("optax")
     model = mlp()
     apply, params = hb.torch_module(model)
+    # torch trains its own copy: params alias the module's parameters, which
+    # AdamW updates in place (possibly while JAX still reads them)
+    model = copy.deepcopy(model)
     ref = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
     opt = optax.adamw(1e-2, weight_decay=0.01)
     state = opt.init(params)

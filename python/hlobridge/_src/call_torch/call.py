@@ -183,7 +183,7 @@ def call_torch(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     if nondiff is not None and "nondiff" not in tfn.jax_cache:
         paths = [p for p, leaf in with_paths if _is_array(leaf)]
         tfn.jax_cache["nondiff"] = frozenset(i for i, p in enumerate(paths) if nondiff(p))
-    outs = differentiable(tfn)(*arrays)
+    outs = differentiable(tfn, fn)(*arrays)
     specs = tfn.flat.out_specs  # type: ignore[attr-defined]
     sig = tuple(spec_of(a) for a in arrays)
     spec = specs.get(sig)

@@ -3,10 +3,11 @@ parameters, ``(apply_fn, params)``.
 
 - ``params`` is a dict ``{name: jax.Array}`` of the module's parameters and
   buffers (``named_parameters()`` then ``named_buffers()``, tied weights
-  once), made through DLPack: zero-copy when JAX accepts the tensor's
-  layout (a contiguous, aligned CPU tensor; JAX copies otherwise). Such an
-  array *aliases* the torch tensor: do not mutate the module in place while
-  you use them. Without JAX's x64 mode, 64-bit tensors (BatchNorm's
+  once). Parameters are made through DLPack: zero-copy when JAX accepts the
+  tensor's layout (a contiguous, aligned CPU tensor; JAX copies otherwise).
+  Such an array *aliases* the torch parameter: do not update the module's
+  parameters in place (a torch optimizer step) while you use them. Buffers
+  are copied (torch's own forward updates them in place). Without JAX's x64 mode, 64-bit tensors (BatchNorm's
   ``num_batches_tracked``) are narrowed to 32 bits (a copy), as JAX would.
 - ``apply_fn(params, *inputs, mutable=False, **kwargs)`` runs
   ``forward(module, *inputs, **kwargs)`` (default: ``module(*inputs,
@@ -127,7 +128,10 @@ def torch_module(module: torch.nn.Module, forward: Callable[..., Any] | None = N
     buffers: list[str] = []
     for n, b in module.named_buffers():
         if n not in params:
-            params[n] = _to_jax(b)
+            # A copy: torch's own forward passes update buffers in place
+            # (BatchNorm in training mode), under a JAX computation that
+            # may still be reading them (JAX dispatches asynchronously).
+            params[n] = _to_jax(b.clone())
             buffers.append(n)
     appliers = {m: _Apply(module, forward, buffers, m) for m in (False, True)}
 

@@ -37,12 +37,12 @@ def _is_float(x: Any) -> bool:
     return bool(jnp.issubdtype(x.dtype, jnp.inexact))
 
 
-def differentiable(tfn: TorchFn) -> Callable[..., tuple[Any, ...]]:
-    """``f(*arrays) -> tuple of arrays`` with the torch backward as its VJP
-    (made once per ``TorchFn``)."""
-    got = tfn.jax_cache.get("differentiable")
-    if got is not None:
-        return got  # type: ignore[no-any-return]
+def differentiable(tfn: TorchFn, keep: Any = None) -> Callable[..., tuple[Any, ...]]:
+    """``f(*arrays) -> tuple of arrays`` with the torch backward as its VJP.
+    Made for each call: its closures hold ``keep`` (the user's function),
+    which the ``TorchFn`` references only weakly, alive for as long as the
+    JAX trace that uses them (the backward is traced after the forward,
+    when a function made inside the traced code may be gone otherwise)."""
     fwd_call = embedded(tfn)
 
     @jax.custom_vjp
@@ -57,13 +57,13 @@ def differentiable(tfn: TorchFn) -> Callable[..., tuple[Any, ...]]:
         nondiff = tfn.jax_cache.get("nondiff", frozenset())
         diff = tuple(_is_float(a) and i not in nondiff for i, a in enumerate(primals))
         out_diff = tuple(_is_float(c) and c.dtype != jax.dtypes.float0 for c in cts)
+        _ = keep
         if not any(diff):
             return tuple(None for _ in primals)
         back = embedded(tfn.vjp(len(primals), diff, out_diff))
-        kept = [c for c, keep in zip(cts, out_diff) if keep]
+        kept = [c for c, wanted in zip(cts, out_diff) if wanted]
         grads = iter(back(*primals, *kept))
         return tuple(next(grads) if d else None for d in diff)
 
     call.defvjp(fwd, bwd)
-    tfn.jax_cache["differentiable"] = call
     return call  # type: ignore[no-any-return]
