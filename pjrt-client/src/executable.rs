@@ -176,7 +176,19 @@ impl Executable {
     }
 
     /// Platform-specific serialization (`PJRT_Executable_Serialize`).
+    ///
+    /// Refused for a program with the CPU plugin's oneDNN custom calls
+    /// (`__onednn$...`): serializing their thunks throws a C++ exception
+    /// out of the plugin, which would abort the process.
     pub fn serialize(&self) -> Result<Vec<u8>> {
+        if let Ok((hlo, _)) = self.optimized_program_bytes() {
+            if hlo.windows(9).any(|w| w == b"__onednn$") {
+                return Err(Error::InvalidArgument(
+                    "the plugin cannot serialize a program with oneDNN custom calls (__onednn$...)"
+                        .into(),
+                ));
+            }
+        }
         let mut a = ffi::PJRT_Executable_Serialize_Args::new();
         a.executable = self.raw;
         // SAFETY: valid handle; bytes copied before the deleter frees them.

@@ -157,6 +157,21 @@ impl Prepared {
                 report.kernels = report::count_kernels(&program);
                 Ok((out, report))
             }
+            // A plugin without the oneDNN convolution thunk, or a caller
+            // that serializes the executable (the thunk does not
+            // serialize): the same lowering without the oneDNN route.
+            Err(e) if full.conv.onednn > 0 => {
+                tracing::debug!(error = %e, "host lowering: compiling again without the oneDNN convolutions");
+                let mut plain = self.lowering.expect("lowered above");
+                plain.conv = plain.conv.map(|p| p.with_onednn(false));
+                let retry = Prepared {
+                    options: self.options.clone(),
+                    lowering: Some(plain),
+                };
+                let (out, mut again) = retry.compile_with(text, compile_text)?;
+                again.lowering = report.lowering;
+                Ok((out, again))
+            }
             // The lowered text should compile whenever the original does;
             // if it ever does not, run the original program.
             Err(e) => {
@@ -243,7 +258,16 @@ pub fn compile(
                 kernels = %c.host.kernels_line(),
                 "compiled program"
             );
-            if let Some(store) = &store {
+            // The plugin cannot serialize its oneDNN thunks: it throws a
+            // C++ exception, which aborts the process (docs/host_conv.md).
+            let onednn = c
+                .host
+                .kernels
+                .contains_key(hlobridge::lower::host_conv::ONEDNN_TARGET);
+            if onednn && store.is_some() {
+                tracing::debug!("compile cache: a program with oneDNN calls is not cached on disk");
+            }
+            if let Some(store) = store.as_ref().filter(|_| !onednn) {
                 match c.exe.serialize() {
                     Ok(bytes) => store.store(&dkey, &encode_payload(&c.host, &bytes)),
                     Err(e) => {

@@ -85,10 +85,17 @@ impl HostReport {
     }
 }
 
-/// Host-kernel custom calls (`stablehlo.custom_call @hlobridge_...`) in
-/// module text, by target.
+/// Host-kernel custom calls (`stablehlo.custom_call @hlobridge_...`) and
+/// the plugin's oneDNN convolution calls the lowering wrote
+/// ([`hlobridge::lower::host_conv::ONEDNN_TARGET`]) in module text, by target.
 pub(crate) fn count_kernels(text: &str) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
+    let onednn = hlobridge::lower::host_conv::ONEDNN_TARGET;
+    let n = text.matches(&format!("custom_call @\"{onednn}\"")).count()
+        + text.matches(&format!("custom_call @{onednn}(")).count();
+    if n > 0 {
+        out.insert(onednn.to_string(), n);
+    }
     for (at, _) in text.match_indices("custom_call @hlobridge_") {
         let name: String = text[at + "custom_call @".len()..]
             .chars()

@@ -162,6 +162,10 @@ variables! {
             default "on",
             read_by [Rust, Tests, Scripts],
             "`off` (or `0`, `false`, `no`) keeps every convolution with XLA; `all` sends every eligible convolution to the host kernel whatever its size. Part of the compile-cache key.";
+        OneDnnConv = "HLOBRIDGE_ONEDNN_CONV",
+            default "1",
+            read_by [Rust, Tests, Scripts],
+            "`0` (or `false`, `off`, `no`) keeps forward-form f32 convolutions on the host kernel or XLA instead of the CPU plugin's oneDNN convolution (`__onednn$convolution`, docs/host_conv.md); `HLOBRIDGE_HOST_CONV=off` or `all` turns the oneDNN route off too. Part of the compile-cache key.";
         GemmDonate = "HLOBRIDGE_GEMM_DONATE",
             default "1",
             read_by [Rust, Scripts],

@@ -25,6 +25,11 @@
 //! precision). Convolutions with fewer than [`HostConvPolicy::min_work`]
 //! multiply-adds stay with XLA, and so do ungrouped ones with at least
 //! [`HostConvPolicy::xla_from_work`] (XLA's own convolution is faster there).
+//!
+//! With [`HostConvPolicy::onednn`] set, forward-form f32 convolutions go to
+//! oneDNN instead, through the CPU plugin's own oneDNN convolution thunk
+//! (custom call target [`ONEDNN_TARGET`], its `OneDnnConvolutionConfig` as
+//! the JSON backend config; [`onednn`](self::onednn) says which and why).
 
 use crate::dialects::common::{get_bool_array, get_i64_array};
 use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
@@ -33,10 +38,11 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 3;
+pub const REWRITE_VERSION: u32 = 4;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
+pub use onednn::ONEDNN_TARGET;
 
 /// Which convolutions the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +52,9 @@ pub struct HostConvPolicy {
     /// Ungrouped convolutions (feature and batch group count 1) of at least
     /// this many multiply-adds stay with XLA (`None`: none do).
     pub xla_from_work: Option<u64>,
+    /// Send forward-form f32 convolutions to the plugin's oneDNN
+    /// convolution ([`ONEDNN_TARGET`]) instead of the host kernel or XLA.
+    pub onednn: bool,
 }
 
 impl Default for HostConvPolicy {
@@ -61,16 +70,23 @@ impl Default for HostConvPolicy {
         HostConvPolicy {
             min_work: 1 << 12,
             xla_from_work: Some(1 << 27),
+            onednn: false,
         }
     }
 }
 
 impl HostConvPolicy {
+    /// This policy with the oneDNN route on or off.
+    pub fn with_onednn(self, onednn: bool) -> Self {
+        HostConvPolicy { onednn, ..self }
+    }
+
     /// Every eligible convolution, whatever its size.
     pub fn all() -> Self {
         HostConvPolicy {
             min_work: 0,
             xla_from_work: None,
+            onednn: false,
         }
     }
 }
@@ -78,15 +94,19 @@ impl HostConvPolicy {
 /// What [`rewrite_host_conv`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostConvReport {
-    /// Convolutions turned into host kernel calls.
+    /// Convolutions turned into host kernel or oneDNN calls.
     pub rewritten: usize,
+    /// Of those, the oneDNN calls.
+    pub onednn: usize,
     /// Convolutions seen.
     pub convolutions: usize,
 }
 
-/// One admitted convolution: its config operand values.
-struct Conv {
-    config: Vec<i64>,
+/// One admitted convolution: the host kernel's config operand values, or
+/// the oneDNN call's JSON backend config.
+enum Conv {
+    Host(Vec<i64>),
+    OneDnn(String),
 }
 
 /// Rewrites every convolution `policy` admits (see module docs).
@@ -125,7 +145,13 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
         i64t,
     };
     for (op, c) in plan {
-        apply(m, op, c, &names);
+        match c {
+            Conv::Host(config) => apply(m, op, config, &names),
+            Conv::OneDnn(json) => {
+                onednn::apply(m, op, &json);
+                report.onednn += 1;
+            }
+        }
         report.rewritten += 1;
     }
     tracing::debug!(?report, "host convolution rewrite");
@@ -321,6 +347,27 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     if work < policy.min_work {
         return None;
     }
+    if policy.onednn {
+        let form = onednn::Form {
+            f32: lk == FloatKind::F32,
+            groups,
+            batch_groups,
+            kernel_in: ki,
+            lhs: &l,
+            rhs: &r,
+            out: &y,
+            window: &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
+            out_spatial: &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
+            stride: &stride,
+            pad: &pad,
+            lhs_dilation: &lhs_dil,
+            rhs_dilation: &rhs_dil,
+            reversed: rev.iter().any(|&v| v != 0),
+        };
+        if let Some(json) = form.config() {
+            return Some(Conv::OneDnn(json));
+        }
+    }
     if groups == 1 && batch_groups == 1 && policy.xla_from_work.is_some_and(|w| work >= w) {
         return None;
     }
@@ -338,7 +385,7 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
         reverse: rev.iter().map(|&v| v != 0).collect(),
     }
     .encode();
-    Some(Conv { config })
+    Some(Conv::Host(config))
 }
 
 /// Interned names and attributes shared by every rewritten op.
@@ -367,8 +414,8 @@ const CONV_ATTRS: &[&str] = &[
     "window_strides",
 ];
 
-/// Rewrites `op` into the host convolution call with config `c`.
-fn apply(m: &mut Module, op: OpId, c: Conv, names: &Names) {
+/// Rewrites `op` into the host convolution call with config `config`.
+fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
     let block = m.op(op).parent.expect("classified ops are placed");
     let loc = m.op(op).loc;
     let pos = m.blocks[block.index()]
@@ -377,12 +424,12 @@ fn apply(m: &mut Module, op: OpId, c: Conv, names: &Names) {
         .position(|&x| x == op)
         .expect("op in its block");
     let ty = m.intern_type(Type::Tensor {
-        dims: SmallVec::from_slice(&[c.config.len() as i64]),
+        dims: SmallVec::from_slice(&[config.len() as i64]),
         elem: names.i64t,
         encoding: None,
     });
     let mut body = String::from("[");
-    for (i, v) in c.config.iter().enumerate() {
+    for (i, v) in config.iter().enumerate() {
         if i > 0 {
             body.push_str(", ");
         }
@@ -420,5 +467,6 @@ fn apply(m: &mut Module, op: OpId, c: Conv, names: &Names) {
     o.attrs.retain(|a| !drop.contains(&a.name));
 }
 
+mod onednn;
 #[cfg(test)]
 mod tests;

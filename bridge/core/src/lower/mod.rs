@@ -32,7 +32,7 @@ impl HostLowering {
     /// `HLOBRIDGE_HOST_GEMM=all` rewrites every eligible product whatever
     /// its size (for testing the kernels on whole suites).
     pub fn from_env() -> Self {
-        use hlobridge_config::{level, Level, Var};
+        use hlobridge_config::{is_off, level, Level, Var};
         let gemm = match level(Var::HostGemm) {
             Level::Off => None,
             Level::All => Some(HostGemmPolicy::all()),
@@ -43,7 +43,7 @@ impl HostLowering {
         let conv = match level(Var::HostConv) {
             Level::Off => None,
             Level::All => Some(HostConvPolicy::all()),
-            Level::On => Some(HostConvPolicy::default()),
+            Level::On => Some(HostConvPolicy::default().with_onednn(!is_off(Var::OneDnnConv))),
         };
         HostLowering { gemm, conv }
     }
@@ -53,10 +53,11 @@ impl HostLowering {
     pub fn cache_tag(&self) -> String {
         let conv = match self.conv {
             Some(p) => format!(
-                "host_conv.v{}:{}:{}",
+                "host_conv.v{}:{}:{}{}",
                 host_conv::REWRITE_VERSION,
                 p.min_work,
-                p.xla_from_work.unwrap_or(0)
+                p.xla_from_work.unwrap_or(0),
+                if p.onednn { ":onednn" } else { "" }
             ),
             None => String::new(),
         };

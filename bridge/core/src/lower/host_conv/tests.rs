@@ -31,6 +31,7 @@ fn resnet_convolutions_become_host_conv_calls() {
         r,
         HostConvReport {
             rewritten: 3,
+            onednn: 0,
             convolutions: 3
         }
     );
@@ -268,6 +269,7 @@ fn large_ungrouped_convolutions_stay_with_xla_and_depthwise_ones_do_not() {
         r,
         HostConvReport {
             rewritten: 1,
+            onednn: 0,
             convolutions: 2
         }
     );
@@ -276,4 +278,58 @@ fn large_ungrouped_convolutions_stay_with_xla_and_depthwise_ones_do_not() {
     let mut m = parse_module(LARGE).expect("parse");
     let all = rewrite_host_conv(&mut m, &HostConvPolicy::all());
     assert_eq!(all.rewritten, 2, "HostConvPolicy::all() takes every size");
+}
+
+/// The oneDNN route: the ResNet block's forward convolution becomes a
+/// `__onednn$convolution` call (its config names NCHW / OIHW, the padding,
+/// stride and dilation + 1); the input gradient (lhs dilation) and the
+/// weight gradient (a window as large as the map) keep the host kernel.
+#[test]
+fn onednn_takes_the_forward_convolution_only() {
+    let mut m = parse_module(RESNET).expect("parse");
+    let policy = HostConvPolicy::default().with_onednn(true);
+    let r = rewrite_host_conv(&mut m, &policy);
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    assert_eq!(
+        r,
+        HostConvReport {
+            rewritten: 3,
+            onednn: 1,
+            convolutions: 3
+        }
+    );
+    assert_eq!(out.matches("__onednn$convolution").count(), 1, "{out}");
+    assert_eq!(out.matches("@hlobridge_conv(").count(), 2, "{out}");
+    let want = r#"{\"onednn_conv_config\": {\"dims\": 4, \"input\": {\"dims\": 4, \"data\": {\"batch_dim\": 0, \"feature_dim\": 1, \"spatial_dims\": [2, 3]}}, \"kernel\": {\"dims\": 4, \"filter\": {\"input_feature_dim\": 1, \"output_feature_dim\": 0, \"spatial_dims\": [2, 3]}}, \"output\": {\"dims\": 4, \"data\": {\"batch_dim\": 0, \"feature_dim\": 1, \"spatial_dims\": [2, 3]}}, \"window\": {\"size\": [3, 3], \"pad_left\": [1, 1], \"pad_right\": [1, 1], \"strides\": [2, 2], \"window_dilations\": [1, 1]}, \"feature_groups\": 1}}"#;
+    assert!(out.contains(want), "{out}");
+}
+
+/// f64, depthwise and reversed convolutions are not oneDNN's; grouped
+/// (several input features per group) ones are.
+#[test]
+fn onednn_leaves_f64_depthwise_and_reversed() {
+    let policy = HostConvPolicy::default().with_onednn(true);
+    let route = |text: &str| {
+        let mut m = parse_module(text).expect("parse");
+        rewrite_host_conv(&mut m, &policy)
+    };
+    let conv = |ty: &str, c: i64, wi: i64, groups: i64, rev: &str| {
+        format!(
+            r#"func.func public @main(%x: tensor<2x{c}x8x8x{ty}>, %w: tensor<16x{wi}x3x3x{ty}>) -> tensor<2x16x8x8x{ty}> {{
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [1, 1], pad = [[1, 1], [1, 1]], reverse = [{rev}, false]}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : (tensor<2x{c}x8x8x{ty}>, tensor<16x{wi}x3x3x{ty}>) -> tensor<2x16x8x8x{ty}>
+  return %0 : tensor<2x16x8x8x{ty}>
+}}"#
+        )
+    };
+    assert_eq!(route(&conv("f32", 16, 16, 1, "false")).onednn, 1);
+    assert_eq!(route(&conv("f32", 16, 4, 4, "false")).onednn, 1);
+    for text in [
+        conv("f64", 16, 16, 1, "false"),
+        conv("f32", 16, 1, 16, "false"),
+        conv("f32", 16, 16, 1, "true"),
+    ] {
+        let r = route(&text);
+        assert_eq!((r.rewritten, r.onednn), (1, 0), "{text}");
+    }
 }

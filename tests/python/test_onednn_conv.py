@@ -1,0 +1,149 @@
+"""Convolutions on the CPU plugin's oneDNN convolution (``__onednn$convolution``,
+written by the host lowering, ``bridge/core/src/lower/host_conv/onednn.rs``;
+docs/host_conv.md).
+
+Each case is a JAX convolution exported to StableHLO, compiled by the
+compile service (which must route it to oneDNN, or not, as stated) and run
+on fresh random inputs against torch in float64. The tolerance is float32
+accumulation (``2e-6 * sqrt(K)`` relative to the output's scale, K the
+multiply-adds per output): a bf16 or tf32 down-conversion inside oneDNN
+(``ONEDNN_DEFAULT_FPMATH_MODE``) would be 10-1000 times larger. Also:
+``HLOBRIDGE_ONEDNN_CONV=0`` keeps the host kernel, a program with oneDNN
+calls is not written to the disk cache (the plugin cannot serialize it) and
+``compile_for("cpu")``, which serializes, still works.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hlobridge import _native
+
+SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+ONEDNN = "__onednn$convolution"
+
+# (name, x shape NC..., w shape OI..., stride, padding (lo, hi) per dim, dilation, groups, oneDNN?)
+CASES = [
+    ("3x3", (4, 8, 10, 10), (16, 8, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, True),
+    ("7x7-stride2-pad3", (2, 3, 20, 20), (16, 3, 7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1, True),
+    ("1x1-stride2", (4, 16, 8, 8), (32, 16, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1, True),
+    ("3x3-dilation2", (2, 8, 12, 12), (8, 8, 3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 1, True),
+    ("asymmetric", (2, 6, 9, 13), (10, 6, 2, 4), (2, 3), ((1, 0), (2, 1)), (2, 1), 1, True),
+    ("groups2", (2, 8, 9, 9), (12, 4, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, True),
+    ("conv1d", (4, 8, 40), (16, 8, 5), (2,), ((2, 2),), (1,), 1, True),
+    ("conv3d", (2, 4, 6, 7, 5), (8, 4, 3, 3, 2), (1, 1, 1), ((1, 1), (1, 1), (1, 0)), (1, 1, 1), 1, True),
+    # Left to the host kernel: depthwise, and a window larger than the result.
+    ("depthwise", (4, 16, 10, 10), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16, False),
+    ("small-spatial", (8, 64, 2, 2), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, False),
+]
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(SEED)
+
+
+def _stablehlo(xs, ws, stride, padding, dilation, groups, nhwc=False) -> str:
+    nsp = len(xs) - 2
+    sp = "DHW"[3 - nsp:]
+    spec = (("N" + sp + "C", sp + "IO", "N" + sp + "C") if nhwc else
+            ("NC" + sp, "OI" + sp, "NC" + sp))
+
+    def f(x, w):
+        return jax.lax.conv_general_dilated(
+            x, w, window_strides=stride, padding=list(padding), rhs_dilation=dilation,
+            dimension_numbers=spec, feature_group_count=groups,
+            precision=jax.lax.Precision.HIGHEST)
+
+    if nhwc:
+        xs = (xs[0], *xs[2:], xs[1])
+        ws = (*ws[2:], ws[1], ws[0])
+    args = (jax.ShapeDtypeStruct(xs, jnp.float32), jax.ShapeDtypeStruct(ws, jnp.float32))
+    return jax.jit(f).lower(*args).as_text()
+
+
+def _run(exe, *arrays: torch.Tensor) -> torch.Tensor:
+    arrays = tuple(a.contiguous() for a in arrays)
+    outs, *_ = _native.execute(exe, [a.data_ptr() for a in arrays], [list(a.shape) for a in arrays],
+                               [_native.ELEMENT_TYPES["f32"]] * len(arrays), list(arrays))
+    return torch.from_dlpack(outs[0])
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, k: int, what: str) -> None:
+    err = (got.double() - want).abs().max().item()
+    scale = want.abs().max().item()
+    assert err <= 2e-6 * k**0.5 * scale, f"seed {SEED}, {what}: max error {err:.3g} at scale {scale:.3g}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_forward_against_float64(case) -> None:
+    name, xs, ws, stride, padding, dilation, groups, onednn = case
+    exe, _ = _native.compile(_stablehlo(xs, ws, stride, padding, dilation, groups))
+    assert (exe.host_kernels.get(ONEDNN, 0) == 1) == onednn, exe.host_kernels
+    g = _gen()
+    x = torch.randn(xs, generator=g)
+    w = torch.randn(ws, generator=g)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(xs) - 2]
+    # torch pads symmetrically: pad the input by hand.
+    pads = [p for lo_hi in reversed(padding) for p in lo_hi]
+    want = conv(F.pad(x.double(), pads), w.double(), stride=stride, dilation=dilation, groups=groups)
+    k = ws[1] * int(torch.tensor(ws[2:]).prod())
+    _check(_run(exe, x, w), want, k, name)
+
+
+def test_channels_last_operands() -> None:
+    """NHWC / HWIO dimension numbers: the config names the permuted dims."""
+    xs, ws = (2, 8, 9, 9), (16, 8, 3, 3)
+    exe, _ = _native.compile(_stablehlo(xs, ws, (2, 1), ((1, 1), (0, 2)), (1, 1), 1, nhwc=True))
+    assert exe.host_kernels.get(ONEDNN) == 1, exe.host_kernels
+    g = _gen()
+    x = torch.randn(xs, generator=g)
+    w = torch.randn(ws, generator=g)
+    want = F.conv2d(F.pad(x.double(), [0, 2, 1, 1]), w.double(), stride=(2, 1))
+    got = _run(exe, x.permute(0, 2, 3, 1), w.permute(2, 3, 1, 0)).permute(0, 3, 1, 2)
+    _check(got, want, 72, "nhwc")
+
+
+def _child(code: str, **env: str) -> str:
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, **env})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip().splitlines()[-1]
+
+
+_PROGRAM = textwrap.dedent(f"""
+    import jax, jax.numpy as jnp
+    from hlobridge import _native
+    f = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME")
+    text = jax.jit(f).lower(jax.ShapeDtypeStruct((2, 8, 12, 12), jnp.float32),
+                            jax.ShapeDtypeStruct((16, 8, 3, 3), jnp.float32)).as_text()
+""")
+
+
+def test_switch_off_keeps_the_host_kernel() -> None:
+    out = _child(_PROGRAM + "exe, _ = _native.compile(text); print(sorted(exe.host_kernels))",
+                 HLOBRIDGE_ONEDNN_CONV="0")
+    assert out == "['hlobridge_conv']", out
+
+
+def test_not_written_to_the_disk_cache(tmp_path) -> None:
+    code = _PROGRAM + ("exe, _ = _native.compile(text); i = _native.compile_cache_info(); "
+                       "print(exe.host_kernels.get('__onednn$convolution'), i['disk_writes'], exe.from_disk_cache)")
+    for _ in range(2):
+        out = _child(code, HLOBRIDGE_CACHE="1", HLOBRIDGE_CACHE_DIR=str(tmp_path))
+        assert out == "1 0 False", out
+
+
+def test_compile_for_cpu_serializes_without_onednn() -> None:
+    out = _child(_PROGRAM + ("r = _native.compile_for_target('cpu', text); "
+                             "print(sorted(k for k, _ in r['custom_calls']))"))
+    # Lowered again without the oneDNN route: the host kernel, no oneDNN call.
+    assert "hlobridge_conv" in out and "onednn" not in out, out
