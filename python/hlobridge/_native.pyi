@@ -24,6 +24,8 @@ from hlobridge.errors import (
     PluginError as PluginError,
     PluginLoadError as PluginLoadError,
     PluginNotFoundError as PluginNotFoundError,
+    ShapeAssertionError as ShapeAssertionError,
+    ShapeRefinementError as ShapeRefinementError,
     StitchError as StitchError,
     TargetError as TargetError,
     UnknownTargetError as UnknownTargetError,
@@ -40,6 +42,13 @@ def format_module(
     text: str, generic: bool = False, debug_info: bool = True, file: str = "<input>"
 ) -> str:
     """Parse module text and print it back (pretty, or generic form)."""
+
+def refine_shapes(module_text: str, arg_shapes: list[list[int]]) -> str:
+    """Specialise the public ``@main`` of a module with dynamic (``?``)
+    dimensions to ``arg_shapes`` (one list of dims per argument) and return
+    the fully static module text (GIL released). Raises
+    ``ShapeAssertionError`` when a shape assertion fails, and
+    ``ShapeRefinementError`` or ``ParseError`` otherwise."""
 
 class Runtime:
     """The process-wide PJRT runtime (one client on one plugin)."""

@@ -8,6 +8,7 @@
 //! BridgeError
 //! ├── ParseError            malformed StableHLO/MLIR text (file:line:col)
 //! ├── InvalidIrError        structurally invalid IR
+//! ├── ShapeRefinementError  a dynamic module cannot be refined to given shapes
 //! ├── StitchError           stitch plans: bad plan, seam mismatch, cycle, conflict
 //! │   └── CollectiveRewriteError  a collective hlobridge.spmd cannot rewrite
 //! ├── FileError             (also an OSError) reading/writing a file
@@ -21,7 +22,8 @@
 //! │   ├── AcceleratorNotInstalledError  libtpu / the CUDA plugin / ptxas missing
 //! │   └── OutOfMemoryError              the program does not fit the device
 //! ├── ArgumentError         bad inputs: count, shape, device, size, layout
-//! │   └── DtypeError        unsupported or mismatched element type
+//! │   ├── DtypeError        unsupported or mismatched element type
+//! │   └── ShapeAssertionError  a shape assertion fails for given shapes (.dim)
 //! ├── OutputError           a function's result holds a leaf that is not an array
 //! ├── BufferDeletedError    a buffer used after it was deleted or donated
 //! └── ForkError             the PJRT client was inherited through fork()
@@ -52,6 +54,8 @@ python_errors!(
     BridgeError,
     ParseError,
     InvalidIrError,
+    ShapeRefinementError,
+    ShapeAssertionError,
     StitchError,
     CollectiveRewriteError,
     FileError,
@@ -82,6 +86,16 @@ pub fn to_py(e: hlobridge::Error) -> PyErr {
             StitchError::new_err(e.to_string())
         }
         E::Collective(_) => CollectiveRewriteError::new_err(e.to_string()),
+        E::ShapeRefinement { .. } => ShapeRefinementError::new_err(e.to_string()),
+        E::ShapeAssertion { ref dimension, .. } => {
+            let dim = dimension.clone();
+            let err = ShapeAssertionError::new_err(e.to_string());
+            Python::with_gil(|py| {
+                // As in with_attrs: a failed assignment still raises the error.
+                let _ = err.value(py).setattr("dim", dim);
+            });
+            err
+        }
     }
 }
 

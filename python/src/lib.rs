@@ -24,6 +24,7 @@ mod fastcall;
 mod graphcall;
 mod logging;
 mod receipt;
+mod refine;
 mod runtime;
 mod spmd;
 mod stats;
@@ -72,6 +73,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     artifact::register(m)?;
     m.add_function(wrap_pyfunction!(format_module, m)?)?;
+    m.add_function(wrap_pyfunction!(refine::refine_shapes, m)?)?;
     m.add_class::<runtime::Runtime>()?;
     m.add_class::<executable::Executable>()?;
     m.add_class::<graphcall::GraphCall>()?;

@@ -94,9 +94,15 @@ impl Refiner<'_> {
                 "call and callee disagree on result count",
             ));
         }
-        for (v, t) in values.into_iter().zip(results) {
+        let returned = return_operands(self.m, f);
+        for (i, (v, t)) in values.into_iter().zip(results).enumerate() {
             if let Type::Tensor { dims, .. } = self.m.ty(t).clone() {
                 self.set_dims(call, v, &dims)?;
+            }
+            // The specialisation is per constant operand, so a constant the
+            // callee returns is the call's result.
+            if let Some(l) = returned.get(i).and_then(|r| self.lits.get(r)).cloned() {
+                self.lits.insert(v, l);
             }
         }
         Ok(())
@@ -150,6 +156,20 @@ impl Refiner<'_> {
             .map(|i| format!("{base}_refined_{i}"))
             .find(|n| !self.funcs.contains_key(n))
             .expect("some index is free")
+    }
+}
+
+/// The operands of `f`'s `return` (single-block functions).
+fn return_operands(m: &Module, f: OpId) -> Vec<ValueId> {
+    let Some(&r) = m.op(f).regions.first() else {
+        return Vec::new();
+    };
+    match m.region(r).blocks.as_slice() {
+        [b] => match m.block(*b).ops.last() {
+            Some(&ret) if m.op_name(ret) == "func.return" => m.op(ret).operands.to_vec(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
     }
 }
 

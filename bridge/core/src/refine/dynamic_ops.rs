@@ -217,7 +217,11 @@ pub fn slice_with_constant_sizes(
     for i in 0..rank as i64 {
         let slice = m.add_op_named("stablehlo.slice");
         m.op_mut(slice).operands.push(*start);
-        for (k, v) in [("start_indices", i), ("limit_indices", i + 1), ("strides", 1)] {
+        for (k, v) in [
+            ("start_indices", i),
+            ("limit_indices", i + 1),
+            ("strides", 1),
+        ] {
             let name = m.sym(k);
             let attr = i64_array(m, vec![v]);
             let value = m.add_attr(attr);
@@ -257,10 +261,8 @@ fn same_value(m: &Module, a: ValueId, b: ValueId, depth: u32) -> bool {
     if depth == 0 || m.value_type(a) != m.value_type(b) {
         return false;
     }
-    let (
-        ValueDef::OpResult { op: oa, index: ia },
-        ValueDef::OpResult { op: ob, index: ib },
-    ) = (m.value(a).def, m.value(b).def)
+    let (ValueDef::OpResult { op: oa, index: ia }, ValueDef::OpResult { op: ob, index: ib }) =
+        (m.value(a).def, m.value(b).def)
     else {
         return false;
     };
@@ -280,8 +282,7 @@ fn same_value(m: &Module, a: ValueId, b: ValueId, depth: u32) -> bool {
         && attrs_eq(&x.props, &y.props)
         && attrs_eq(&x.attrs, &y.attrs)
         && x.operands.len() == y.operands.len()
-        && x
-            .operands
+        && x.operands
             .iter()
             .zip(&y.operands)
             .all(|(&p, &q)| same_value(m, p, q, depth - 1))

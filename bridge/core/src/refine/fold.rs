@@ -1,10 +1,11 @@
 //! Constant folding of shape arithmetic: once the arguments' shapes are
 //! known, `get_dimension_size` is a constant, and so is every small integer
-//! computation on it (`convert`, `reshape`, `concatenate`, `slice`, the integer elementwise ops, `compare`, `select`, and the
+//! computation on it (`convert`, `reshape`, `concatenate`, `slice`, splat
+//! `broadcast_in_dim`, the integer elementwise ops, `compare`, `select`, and the
 //! reshape-shape helpers). [`fold`] evaluates one op whose operands are
 //! known; the driver turns the op into a `stablehlo.constant`. The set
-//! follows jaxlib's refinement (`broadcast_in_dim` of a constant, for one,
-//! stays an op there and here).
+//! follows jaxlib's refinement (`broadcast_in_dim` folds only a splat,
+//! there and here).
 
 use super::lit::{foldable_type, strides, unflatten, IntKind, Lit};
 use crate::dialects::common::{get_enum, get_i64_array, get_int};
@@ -50,6 +51,12 @@ pub fn fold(m: &Module, op: OpId, lits: &FxHashMap<ValueId, Lit>) -> Option<Lit>
                     .map(|&v| convert(v, a.kind, kind))
                     .collect::<Vec<_>>()
             })?
+        }
+        "stablehlo.broadcast_in_dim" => {
+            // A splat only (jaxlib folds no other broadcast either).
+            let a = args.first()?;
+            let v = *a.vals.first()?;
+            a.vals.iter().all(|&x| x == v).then(|| vec![v; n])?
         }
         "stablehlo.concatenate" => {
             let axis = usize::try_from(get_int(m, m.op_attr(op, "dimension")?)?).ok()?;

@@ -92,7 +92,6 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
         .iter()
         .map(|&r| dims_of(m, r).unwrap_or_default())
         .collect();
-    let operand = |i: usize| o.operands.get(i).and_then(|&v| dims_of(m, v));
     let (dialect, name) = full.split_once('.')?;
     let elementwise = (dialect == "stablehlo" && ELEMENTWISE.contains(&name))
         || (dialect == "chlo" && !CHLO_OTHER.contains(&name) && !name.starts_with("broadcast_"));
@@ -107,6 +106,47 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
         }
         return Some(vec![out]);
     }
+    infer_other(m, op)
+}
+
+/// For an elementwise op: the first dimension in which two same-rank
+/// operands have different static sizes, `(dim, a, b)`.
+pub fn operand_conflict(m: &Module, op: OpId) -> Option<(usize, i64, i64)> {
+    let o = m.op(op);
+    let (dialect, name) = m.op_name(op).split_once('.')?;
+    if !(dialect == "stablehlo" && ELEMENTWISE.contains(&name)) || name == "reverse" {
+        return None;
+    }
+    let rank = dims_of(m, *o.results.first()?)?.len();
+    let mut seen: Vec<i64> = vec![DYNAMIC; rank];
+    for &v in &o.operands {
+        let d = dims_of(m, v)?;
+        if d.len() != rank {
+            continue;
+        }
+        for (k, (s, &x)) in seen.iter_mut().zip(&d).enumerate() {
+            if x == DYNAMIC {
+                continue;
+            }
+            if *s != DYNAMIC && *s != x {
+                return Some((k, *s, x));
+            }
+            *s = x;
+        }
+    }
+    None
+}
+
+fn infer_other(m: &Module, op: OpId) -> Option<Vec<Dims>> {
+    let o = m.op(op);
+    let full = m.op_name(op);
+    let declared: Vec<Dims> = o
+        .results
+        .iter()
+        .map(|&r| dims_of(m, r).unwrap_or_default())
+        .collect();
+    let operand = |i: usize| o.operands.get(i).and_then(|&v| dims_of(m, v));
+    let (dialect, name) = full.split_once('.')?;
     if dialect != "stablehlo" {
         return None;
     }
@@ -290,6 +330,12 @@ pub fn infer(m: &Module, op: OpId) -> Option<Vec<Dims>> {
                 Some(_) => pairs(m, op, "padding")?,
                 None => vec![(0, 0); nsp],
             };
+            // Per-spatial-dimension lists of another length make the op
+            // invalid (jaxlib refuses it too): no inference, so refinement
+            // stops here with a named error.
+            if [&st, &lhs_dil, &rhs_dil].iter().any(|v| v.len() != nsp) || pad.len() != nsp {
+                return None;
+            }
             let bgc = int(m, op, "batch_group_count").unwrap_or(1).max(1);
             let mut out = vec![DYNAMIC; ld.len()];
             let b = *l.get(ld[0])?;

@@ -177,6 +177,13 @@ impl<'m> Refiner<'m> {
             }
         }
         self.refine_regions_of(op)?;
+        if let Some((k, a, b)) = infer::operand_conflict(self.m, op) {
+            return Err(refinement_error(
+                self.m,
+                op,
+                &format!("operands disagree in dimension {k}: {a} vs {b}"),
+            ));
+        }
         let inferred = match forced {
             Some(d) => Some(vec![d]),
             None => infer::infer(self.m, op),
