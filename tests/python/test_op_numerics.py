@@ -272,6 +272,16 @@ REGRESSIONS: dict[str, Case] = {
     "conv2d_f16_bias_grad": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
                              lambda g: (_r(g, 4, 3, 16, 16).half(), _r(g, 8, 3, 3, 3).half(),
                                         _r(g, 8).half()), True),
+    "avg_pool2d_divisor_ceil": (
+        lambda x: F.avg_pool2d(x, (6, 6), (3, 3), (2, 3), ceil_mode=True, divisor_override=2),
+        lambda g: (_r(g, 1, 3, 9, 9),), False),
+    "avg_pool3d_divisor_ceil_int": (
+        lambda x: F.avg_pool3d(x, (2, 3, 4), (1, 2, 2), (0, 1, 2), ceil_mode=True,
+                               divisor_override=2), lambda g: (_i(g, 40, 1, 2, 5, 5, 5),), False),
+    "asin_bool": (lambda x: torch.asin(x > 0), lambda g: (_r(g, 20),), False),
+    "cos_bool": (lambda x: torch.cos(x > 0), lambda g: (_r(g, 20),), False),
+    "erfinv_int": (torch.erfinv, lambda g: (_i(g, 3, 20) - 1,), False),
+    "log_uint8": (lambda x: torch.log(x.to(torch.uint8)), lambda g: (_i(g, 9, 20),), False),
     "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
                                                    _r(g, 200).bfloat16()), False),
 }

@@ -53,10 +53,11 @@ Found by the OpInfo sweep (``make sweep``, #27):
 
 ``avg_pool{2,3}d`` with ``divisor_override``
     with ``count_include_pad=False`` torch_xla divided by the window's real
-    element count instead of the override (error 0.73 relative); integer
-    inputs differed in 184 of 243 values. Here: ``count_include_pad=True``
-    (the same in torch when the divisor is overridden); integers: exact
-    sum, truncating division.
+    element count instead of the override (error 0.73 relative), with
+    ``ceil_mode`` its extra windows were off (0.5); integer inputs differed
+    in 184 of 243 values. Here: zero padding for the ceil-mode windows and
+    ``count_include_pad=True`` (the same in torch when the divisor is
+    overridden); integers: exact sum, truncating division.
 
 ``var``/``std``/``var_mean``/``std_mean`` of complex tensors
     torch's variance is real; torch_xla returned a complex one
@@ -69,6 +70,10 @@ Found by the OpInfo sweep (``make sweep``, #27):
 ``div.Scalar`` of complex tensors
     returned the real part only (``trapezoid(y, x)`` of complex inputs came
     back float32). Here: division by a 0-d tensor.
+
+Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool tensors
+    failed to lower or kept the input dtype. Here: the input in the default
+    float dtype first, as torch promotes it.
 
 ``convolution_backward``'s bias gradient in bfloat16/float16
     summed in the 16-bit type (0.19 relative off). Here: in float32.
@@ -268,26 +273,50 @@ def _sign_bool(op: Any) -> Callable[..., Any]:
 
 
 def _avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
-    """``avg_pool{2,3}d`` with ``divisor_override``: torch divides the
-    window's sum by the override whatever ``count_include_pad`` says (and,
-    for integer tensors, truncates); torch_xla divided by the count of the
-    window's real elements with ``count_include_pad=False``, and rounded
-    integer results differently. Here: ``count_include_pad=True``, which
-    torch_xla gets right with the override; integers: the exact sum (in
-    float64, divisor 1), truncated after the division."""
+    """``avg_pool{2,3}d`` with ``divisor_override``: torch divides each
+    window's sum by the override whatever ``count_include_pad`` says (and
+    truncates integer results); torch_xla divided by the count of the
+    window's real elements with ``count_include_pad=False``, got windows
+    that ``ceil_mode`` adds wrong, and rounded integers differently. Here:
+    the input zero-padded on the high side so that ``ceil_mode=False`` gives
+    torch's ceil-mode windows, ``count_include_pad=True`` (the sum of a
+    window does not change with zeros); integers: the exact sum (float64,
+    divisor 1), truncated after the division."""
     def decomp(*args: Any) -> Any:
         args_l = list(args)
         if len(args_l) <= at + 1 or args_l[at + 1] is None or _declines(op):
             return NotImplemented
-        x = args_l[0]
+        x, d = args_l[0], args_l[at + 1]
+        nd = 2 if op in (_aten.avg_pool2d.default, _aten.avg_pool2d_backward.default) else 3
+
+        def per_dim(v: Any, default: Any) -> list[int]:
+            v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+            v = [v] if isinstance(v, int) else list(v)
+            return v * nd if len(v) == 1 else v
+
+        k = per_dim(args_l[1], None)
+        st = per_dim(args_l[2] if len(args_l) > 2 else None, k)
+        pad = per_dim(args_l[3] if len(args_l) > 3 else 0, 0)
+        ceil = bool(args_l[4]) if len(args_l) > 4 else False
+        if ceil:
+            extra = []
+            for i in range(nd):
+                n = x.shape[x.dim() - nd + i]
+                o = -(-(n + 2 * pad[i] - k[i]) // st[i]) + 1
+                if (o - 1) * st[i] >= n + pad[i]:
+                    o -= 1
+                extra.append(max(0, (o - 1) * st[i] + k[i] - (n + 2 * pad[i])))
+            widths: list[int] = []
+            for e in reversed(extra):
+                widths += [0, e]
+            x = torch.nn.functional.pad(x, widths)
+        args_l[1], args_l[2], args_l[3], args_l[4] = k, st, pad, False
+        args_l[at] = True
         if x.is_floating_point():
-            if args_l[at]:
-                return NotImplemented
-            args_l[at] = True
+            args_l[0] = x
             with _inner(op):
                 return op(*args_l)
-        d = args_l[at + 1]
-        args_l[0], args_l[at], args_l[at + 1] = x.double(), True, 1
+        args_l[0], args_l[at + 1] = x.double(), 1
         with _inner(op):
             sums = op(*args_l)
         return torch.div(sums, d, rounding_mode="trunc").to(x.dtype)
@@ -402,7 +431,11 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
                              bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                              transposed: bool, output_padding: Any, groups: int,
                              output_mask: Any) -> Any:
-    """``convolution_backward``'s bias gradient in bfloat16/float16: torch
+    """Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool tensors
+    failed to lower or kept the input dtype. Here: the input in the default
+    float dtype first, as torch promotes it.
+
+``convolution_backward``'s bias gradient in bfloat16/float16: torch
     sums in float32; torch_xla summed in the 16-bit type (a transposed 3-D
     convolution's bias gradient was 0.19 off relative, eager 0.002). Here:
     the sum in float32, the rest from the op with the bias left out."""
@@ -418,13 +451,37 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
     return gi, gw, gb
 
 
+_INT_TO_FLOAT = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+                 "acosh", "atanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+                 "sqrt", "rsqrt", "erf", "erfc", "erfinv", "sigmoid", "lgamma", "digamma",
+                 "reciprocal", "i0", "sinc", "special_i0e", "special_i1", "special_i1e",
+                 "special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx")
+"""Unary ops that torch computes in the default float dtype for integer and
+bool inputs."""
+
+
+def _int_to_float(op: Any) -> Callable[..., Any]:
+    """A unary float op of an integer/bool tensor: torch promotes to the
+    default float dtype; torch_xla failed to lower it (``xla_shape=pred``)
+    or kept the input's dtype (``asin`` of bool gave bool). Here: the input
+    converted first."""
+    def decomp(x: torch.Tensor) -> Any:
+        if x.is_floating_point() or x.is_complex():
+            return NotImplemented
+        return op(x.to(torch.get_default_dtype()))
+
+    return decomp
+
+
 def numerics_decompositions() -> dict[Any, Any]:
     """The table (module docs); merged into the backend's decompositions."""
     a = _aten
     argmax, argmin = _arg_extreme(a.argmax.default), _arg_extreme(a.argmin.default)
     amax = _extreme_values(a.amax.default, float("-inf"))
     amin = _extreme_values(a.amin.default, float("inf"))
-    return {
+    promoted = {getattr(a, n).default: _int_to_float(getattr(a, n).default)
+                for n in _INT_TO_FLOAT if hasattr(a, n)}
+    return promoted | {
         a.argmax.default: argmax,
         a.argmin.default: argmin,
         a.max.dim: _extreme_dim(a.max.dim, argmax),
