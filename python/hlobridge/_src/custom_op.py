@@ -335,22 +335,13 @@ def _symbolic_signature(key: str, tensors: Sequence[torch.Tensor]
     return outs
 
 
-_keep_alive: list[torch.Tensor] = []
-
-
 @_call_jax_op.register_fake
 def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     from hlobridge._src.dynamic.fake import any_symbolic
 
     if tensors and any_symbolic(tensors):
-        outs = [tensors[0].new_empty(shape, dtype=_torch_dtype(dt))
+        return [tensors[0].new_empty(shape, dtype=_torch_dtype(dt))
                 for shape, dt in _symbolic_signature(key, tensors)]
-        # Symbolic-size fake outputs lose their Python object (and with it
-        # ``fake_mode``) on the way back through the dispatcher unless Python
-        # holds them: AOTAutograd then sees an untracked FakeTensor.
-        _keep_alive.extend(outs)
-        del _keep_alive[:-256]
-        return outs
     # int() specializes a symbolic size (torch.compile(dynamic=True)) to its
     # value, with a guard: a JAX program has static shapes.
     sig = signature(key, [(tuple(int(d) for d in t.shape), t.dtype) for t in tensors])
@@ -368,9 +359,12 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[None, list[torch.Tensor | None]]:
     primals = list(ctx.saved_tensors)
-    sig = signature(ctx.key, [(tuple(t.shape), t.dtype) for t in primals])
+    from hlobridge._src.dynamic.fake import any_symbolic
+
+    avals = (_symbolic_signature(ctx.key, primals) if any_symbolic(primals) else
+             signature(ctx.key, [(tuple(t.shape), t.dtype) for t in primals]).out_avals)
     cts: list[torch.Tensor] = []
-    for g, (shape, dt) in zip(grads, sig.out_avals):
+    for g, (shape, dt) in zip(grads, avals):
         if not jnp.issubdtype(dt, jnp.inexact):
             continue
         cts.append(g if g is not None else primals[0].new_zeros(shape, dtype=_torch_dtype(dt)))

@@ -74,7 +74,7 @@ class DynamicModule:
 def graph_is_symbolic(gm: torch.fx.GraphModule) -> bool:
     """Whether any placeholder of ``gm`` is a symbolic size or a tensor of
     symbolic shape (``torch.compile(dynamic=True)``)."""
-    return any(n.op == "placeholder" and is_symbolic(n.meta.get("val"))
+    return any(n.op == "placeholder" and is_symbolic(n.meta.get("val", n.meta.get("example_value")))
                for n in gm.graph.nodes)
 
 

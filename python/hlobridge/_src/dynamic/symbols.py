@@ -52,10 +52,16 @@ def spec_string(e: sympy.Expr) -> str:
         return str(int(e))
     if isinstance(e, sympy.Symbol):
         return str(e)
+    if isinstance(e, (sympy.Add, sympy.Mul)):
+        e = sympy.expand(e)  # JAX's syntax has no parentheses: a sum of products
     if isinstance(e, sympy.Add):
-        return "(" + " + ".join(spec_string(a) for a in e.args) + ")"
+        return " + ".join(spec_string(a) for a in e.args)
     if isinstance(e, sympy.Mul):
-        return "(" + "*".join(spec_string(a) for a in e.args) + ")"
+        if any(isinstance(a, sympy.Add) for a in e.args):
+            raise DynamicShapeError(f"hlobridge dynamic shapes: the symbolic size {e} has no "
+                                    f"JAX symbolic form; compile with "
+                                    f"torch.compile(..., dynamic=False)")
+        return "*".join(spec_string(a) for a in e.args)
     name = type(e).__name__
     if name in ("FloorDiv", "CleanDiv", "IntTrueDiv") and len(e.args) == 2:
         return f"floordiv({spec_string(e.args[0])}, {spec_string(e.args[1])})"
@@ -65,8 +71,9 @@ def spec_string(e: sympy.Expr) -> str:
         return f"max({spec_string(e.args[0])}, {spec_string(e.args[1])})"
     if name == "Min" and len(e.args) == 2:
         return f"min({spec_string(e.args[0])}, {spec_string(e.args[1])})"
-    if isinstance(e, sympy.Pow) and isinstance(e.args[1], sympy.Integer) and int(e.args[1]) > 0:
-        return "(" + "*".join([spec_string(e.args[0])] * int(e.args[1])) + ")"
+    if isinstance(e, sympy.Pow) and isinstance(e.args[0], sympy.Symbol) and \
+            isinstance(e.args[1], sympy.Integer) and int(e.args[1]) > 0:
+        return "*".join([spec_string(e.args[0])] * int(e.args[1]))
     raise DynamicShapeError(f"hlobridge dynamic shapes: the symbolic size {e} has no JAX "
                             f"symbolic form; compile with torch.compile(..., dynamic=False)")
 

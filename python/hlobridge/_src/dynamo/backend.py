@@ -75,7 +75,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
     # flash-attention kernel nor its backward).
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel([SDPBackend.MATH]):
+    from hlobridge._src.dynamic import tracing_guard
+
+    with sdpa_kernel([SDPBackend.MATH]), tracing_guard(gm):
         return aot(gm, example_inputs, **kwargs)
 
 
