@@ -83,6 +83,7 @@ bench: setup
 	.venv/bin/python benches/serve_load.py --json bench-results/serve_load.json
 	.venv/bin/python benches/first_call.py --json bench-results/first_call.json
 	.venv/bin/python benches/call_torch_bench.py --json bench-results/call_torch.json
+	.venv/bin/python benches/dynamic_shapes_bench.py --full --json bench-results/dynamic_shapes.json
 
 bench-quick: setup
 	.venv/bin/python benches/e2e/run.py --quick --out bench-results/quick

@@ -26,7 +26,7 @@ import torch
 import hlobridge as hb
 from hlobridge import _native
 from hlobridge._src import dynamic
-from hlobridge._src.dynamic import refine, route
+from hlobridge._src.dynamic.refine import refine, route
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 TOL = dict(rtol=1e-4, atol=1e-5)

@@ -18,11 +18,25 @@ backend builds a :class:`~hlobridge._src.dynamic.graph.DynamicGraph`:
 
 from __future__ import annotations
 
-from hlobridge._src.dynamic.guard import tracing_guard
-from hlobridge._src.dynamic.graph import DynamicGraph, counters, dynamic_graphs
-from hlobridge._src.dynamic.lower import DynamicModule, graph_is_symbolic
-from hlobridge._src.dynamic.lower import counters as lower_counters
-from hlobridge._src.dynamic.refine import refine, route
+import importlib
+from typing import Any
 
 __all__ = ["DynamicGraph", "DynamicModule", "counters", "dynamic_graphs", "graph_is_symbolic",
-           "lower_counters", "refine", "route", "tracing_guard"]
+           "lower_counters", "route", "tracing_guard"]
+
+# Exported lazily: hlobridge._src.custom_op imports .fake while Dynamo
+# traces, and .lower imports custom_op (no import cycle through this
+# package). ``refine`` is the submodule: ``refine.refine(text, shapes)``.
+_WHERE = {"DynamicGraph": ("graph", "DynamicGraph"), "counters": ("graph", "counters"),
+          "dynamic_graphs": ("graph", "dynamic_graphs"),
+          "DynamicModule": ("lower", "DynamicModule"),
+          "graph_is_symbolic": ("lower", "graph_is_symbolic"),
+          "lower_counters": ("lower", "counters"), "route": ("refine", "route"),
+          "tracing_guard": ("guard", "tracing_guard")}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{where[0]}"), where[1])

@@ -186,10 +186,7 @@ class DynamicGraph:
             n = len(m.inputs)
             outputs = [None if o is None else o[1] if o[0] == "prog" else -1 - o[1]
                        for o in m.outputs]
-            from hlobridge._src.dynamo.program import _dtype_of_code
-
-            dtypes = [_dtype_of_code(c) for c in self._codes]
-            prog.fast = _native.GraphCall(list(m.inputs), dtypes[:n], self._codes,
+            prog.fast = _native.GraphCall(list(m.inputs), m.dtypes[:n], self._codes,
                                           [list(s) for s in shapes[:n]], m.constants, outputs,
                                           exe, [self._segment], self.platform)
         return prog

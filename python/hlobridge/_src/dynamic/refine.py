@@ -54,7 +54,7 @@ def refine(text: str, shapes: Sequence[Sequence[int]]) -> str:
     shapes = [[int(d) for d in s] for s in shapes]
     if route() == "native":
         try:
-            out = _native.refine_shapes(text, shapes)  # type: ignore[attr-defined]
+            out = _native.refine_shapes(text, shapes)
         except ShapeRefinementError as e:
             # An op the native pass has no rule for yet: jaxlib's pass, counted
             # (``counters["native_fallback"]``) and remembered (``last_fallback``).
