@@ -8,8 +8,9 @@ timing.py``'s rounds in random order):
 - ``native``: ``hlobridge._native.refine_shapes`` (parse, refine, print);
 - ``parse_print``: ``hlobridge._native.format_module`` on the same text, the
   anchor (refinement's own cost is ``native`` minus it, roughly);
-- ``jaxlib``: jaxlib's ``refine_polymorphic_shapes`` on the wrapped module
-  (text in, bytecode out, no Python-side parsing).
+- ``jaxlib``: jaxlib's ``refine_polymorphic_shapes`` on the module with a
+  static ``@main`` (text in, bytecode out), on every 8th module (a call
+  takes tens of ms), interleaved with ``native`` one call at a time.
 
 Prints the median over modules of each module's median µs, and the median
 of the per-module ratios native/anchor and jaxlib/native. Run:
@@ -35,38 +36,48 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--jaxlib-every", type=int, default=8,
+                    help="time jaxlib on every k-th module (it takes ~50-100 ms a call)")
     args = ap.parse_args()
     from jax._src.lib import _jax
 
     from hlobridge import _native
 
+    def jaxlib(data: bytes) -> object:
+        return _jax.mlir.refine_polymorphic_shapes(
+            data, enable_shape_assertions=True, validate_static_shapes=True)
+
     per: dict[str, list[float]] = {"native": [], "parse_print": [], "jaxlib": []}
     ratios_anchor, ratios_jax = [], []
-    for path in rc.cases():
+    for i, path in enumerate(rc.cases()):
         case = rc.prepare(path)
-        wrapped = rc.wrapped_for_jaxlib(case).encode()
         try:
             _native.refine_shapes(case.text, case.shapes)
-            _jax.mlir.refine_polymorphic_shapes(wrapped, enable_shape_assertions=True,
-                                                validate_static_shapes=True)
+            static = rc.jaxlib_input(case).encode()
+            jaxlib(static)
         except Exception:
             continue
         st = interleaved({
             "native": lambda: _native.refine_shapes(case.text, case.shapes),
             "parse_print": lambda: _native.format_module(case.text),
-            "jaxlib": lambda: _jax.mlir.refine_polymorphic_shapes(
-                wrapped, enable_shape_assertions=True, validate_static_shapes=True),
         }, reps=args.reps, batch=args.batch)
-        for k in per:
-            per[k].append(st[k]["median_us"])
+        per["native"].append(st["native"]["median_us"])
+        per["parse_print"].append(st["parse_print"]["median_us"])
         ratios_anchor.append(st["native"]["median_us"] / st["parse_print"]["median_us"])
-        ratios_jax.append(st["jaxlib"]["median_us"] / st["native"]["median_us"])
-    print(f"modules: {len(per['native'])}  load: {os.getloadavg()[0]:.1f}")
+        if i % args.jaxlib_every == 0:
+            sj = interleaved({
+                "native": lambda: _native.refine_shapes(case.text, case.shapes),
+                "jaxlib": lambda: jaxlib(static),
+            }, reps=3, batch=1, warmup=1)
+            per["jaxlib"].append(sj["jaxlib"]["median_us"])
+            ratios_jax.append(sj["jaxlib"]["median_us"] / sj["native"]["median_us"])
+    print(f"modules: {len(per['native'])} (jaxlib timed on {len(per['jaxlib'])})  "
+          f"load: {os.getloadavg()[0]:.1f}")
     for k, v in per.items():
-        print(f"{k:12s} median {statistics.median(v):8.1f} us/module  "
-              f"(p10 {statistics.quantiles(v, n=10)[0]:.1f}, p90 {statistics.quantiles(v, n=10)[-1]:.1f})")
+        q = statistics.quantiles(v, n=10)
+        print(f"{k:12s} median {statistics.median(v):9.1f} us/module  (p10 {q[0]:.1f}, p90 {q[-1]:.1f})")
     print(f"native / parse_print: median ratio {statistics.median(ratios_anchor):.2f}")
-    print(f"jaxlib / native:      median ratio {statistics.median(ratios_jax):.2f}")
+    print(f"jaxlib / native:      median ratio {statistics.median(ratios_jax):.1f}")
 
 
 if __name__ == "__main__":

@@ -85,10 +85,14 @@ def static_type(ty: str, shape: list[int]) -> str:
 
 
 def jaxlib_refine(case: Case) -> str:
-    """jaxlib's ``refine_polymorphic_shapes`` of the case, as text. jaxlib
-    starts from a static ``@main``: its arguments get the static types and
-    are converted to the dynamic ones at the top of the body (what
-    ``jax.export`` does when it calls a module; identity converts are
+    """jaxlib's ``refine_polymorphic_shapes`` of the case, as text."""
+    return normalize(jaxlib_input(case))
+
+
+def jaxlib_input(case: Case) -> str:
+    """The case as jaxlib's refinement takes it: a static ``@main`` whose
+    arguments are converted to the dynamic types at the top of the body
+    (what ``jax.export`` does when it calls a module; identity converts are
     dropped by :func:`canonical`)."""
     text = case.text
     m = _SIG.search(text)
@@ -102,7 +106,7 @@ def jaxlib_refine(case: Case) -> str:
     sig = "func.func public @main(" + ", ".join(
         f"{n}_static: {static_type(t, s)}{a}" for (n, t, a), s in zip(params, case.shapes)
     ) + f") -> {m.group(2)} {{\n"
-    return normalize(text[:m.start()] + sig + "".join(converts) + text[m.end():])
+    return text[:m.start()] + sig + "".join(converts) + text[m.end():]
 
 
 _CONTEXT = None

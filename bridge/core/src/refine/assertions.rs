@@ -59,8 +59,9 @@ pub fn check(m: &Module, op: OpId, lits: &FxHashMap<ValueId, Lit>) -> Result<()>
 }
 
 /// The dimension and the constraint a jax.export assertion message states
-/// (`Expected value >= 1 for dimension variable 'b'`, `... 'args[0].shape[1]'
-/// ... to be divisible by ...`); the whole first sentence otherwise.
+/// (`Expected value >= 1 for dimension variable 'b'`, `Found inconsistency
+/// between dimension size args[1].shape[0] (= 6) and the specification 'b'
+/// (= 5)`); the whole first sentence otherwise.
 fn describe(message: &str) -> (String, String) {
     let quoted = |after: &str| -> Option<String> {
         let at = message.find(after)? + after.len();
@@ -83,8 +84,15 @@ fn describe(message: &str) -> (String, String) {
             .trim_end_matches('.')
             .to_string()
     };
-    let constraint = match message.find("Expected") {
-        Some(at) => sentence(&message[at..]),
+    let constraint = match ["Expected", "Found", "must"]
+        .iter()
+        .find_map(|k| message.find(k))
+    {
+        // From the start of the sentence that states it.
+        Some(at) => {
+            let start = message[..at].rfind(". ").map_or(0, |p| p + 2);
+            sentence(&message[start..])
+        }
         None => sentence(message),
     };
     (dimension, constraint)
