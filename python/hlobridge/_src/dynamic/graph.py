@@ -28,7 +28,7 @@ from torch.utils.dlpack import from_dlpack
 from hlobridge import _native
 from hlobridge._src.dtypes import CODES, PLAIN
 from hlobridge._src.dynamic.lower import DynamicModule, lower_graph
-from hlobridge._src.dynamic.refine import refine, route
+from hlobridge._src.dynamic.refine import refine
 from hlobridge._src.entry_cache import MISS
 from hlobridge._src.errors import ArgumentError, ShapeAssertionError
 from hlobridge._src.receipt import cache_accounting, run_and_record

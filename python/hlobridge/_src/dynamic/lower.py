@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import sympy
 import torch
 import torch.fx
@@ -102,12 +101,6 @@ class _Interpreter(torch.fx.Interpreter):
         super().__init__(gm)
         self.sym_env = env
 
-    def placeholder(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return super().placeholder(target, args, kwargs)
-
-    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
-        return super().get_attr(target, args, kwargs)
-
     def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if target is CALL_JAX:
             key, tensors = args
@@ -115,9 +108,7 @@ class _Interpreter(torch.fx.Interpreter):
         if target is operator.getitem or not isinstance(
                 target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             if target in (torch.sym_max, torch.sym_min):
-                return (jnp.maximum if target is torch.sym_max else jnp.minimum)(*args) \
-                    if any(isinstance(a, jax.Array) for a in args) else \
-                    (max if target is torch.sym_max else min)(*args)
+                return _dim_extreme(target is torch.sym_max, *args)
             return target(*args, **kwargs)
         if target is torch.ops.aten.sym_size.int:
             return args[0].shape[args[1]]
@@ -141,6 +132,14 @@ class _Interpreter(torch.fx.Interpreter):
                 f"hlobridge dynamic shapes: {_op_name(target)} cannot be lowered with symbolic "
                 f"sizes ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                 f"compile with torch.compile(..., dynamic=False)") from e
+
+
+def _dim_extreme(is_max: bool, a: Any, b: Any) -> Any:
+    """``max``/``min`` of two sizes, either of which may be a JAX symbolic
+    dimension (compared symbolically, as JAX does)."""
+    from jax._src import core
+
+    return (core.max_dim if is_max else core.min_dim)(a, b)
 
 
 def _jax_dtype(dt: torch.dtype) -> Any:
@@ -234,7 +233,7 @@ def lower_graph(gm: torch.fx.GraphModule, names: dict[str, str] | None = None) -
         sds = [jax.ShapeDtypeStruct(s, _jax_dtype(d))  # type: ignore[no-untyped-call]
                for s, d in zip(jshapes, dtypes)]
         try:
-            exported = jax.export.export(jax.jit(fn))(*sds)
+            exported = jax.export.export(jax.jit(fn, keep_unused=True))(*sds)
         except DynamicShapeError:
             raise
         except Exception as e:
