@@ -8,14 +8,19 @@
 //!    `request_timeout`; the in-flight bytes budget refuses a request that
 //!    would exceed it; an unanswered keepalive PING closes the connection;
 //!    the stream limit is advertised; one connection over the limit is
-//!    closed;
+//!    closed; an idle connection gets a GOAWAY and is closed;
 //! 3. drain: the listener is closed at once, health says NOT_SERVING on an
 //!    open connection, requests in flight finish; a hard drain deadline;
 //! 4. a deadline that expires while the request arrives is
-//!    DEADLINE_EXCEEDED (not CANCELLED);
+//!    DEADLINE_EXCEEDED (not CANCELLED), and ends the stream then, not at
+//!    the request timeout;
 //! 6. (duplicate inputs: `serve.rs`) and the wire encoding of
 //!    `hlobridge-artifact` equals prost's;
 //! 8. one log line per request, without request data.
+//!
+//! (The worker's own panic guard and the dependent-rows check of
+//! `run_batch`: `mutation_gaps.rs`; health after the worker thread is gone:
+//! `worker_death.rs`.)
 
 use bytes::Bytes;
 use hlobridge_deploy::writer::demo_row_sum_artifact;
@@ -341,6 +346,27 @@ async fn one_connection_over_the_limit_is_closed() {
     srv.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_gets_a_goaway_and_is_closed() {
+    let cfg = ServeConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..ServeConfig::default()
+    };
+    let srv = start(&[2], cfg, "idle").await;
+    let mut s = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+    s.write_all(PREFACE).await.unwrap();
+    let mut goaway = false;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some((ty, _, _)) = frame(&mut s).await {
+            goaway |= ty == 7;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "an idle connection stayed open");
+    assert!(goaway, "closed without a GOAWAY");
+    srv.stop().await;
+}
+
 // -- 3. drain ---------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,6 +465,28 @@ async fn a_deadline_expiring_while_the_request_arrives_is_deadline_exceeded() {
     tx.send(framed(&req(x(2)).encode_to_vec())).await.unwrap();
     drop(tx);
     assert_eq!(resp.await, 0);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_deadline_cuts_a_request_that_never_finishes_arriving() {
+    // The request timeout (10 s by default) is far off: only the client's
+    // 200 ms deadline can end this stream early.
+    let srv = start(&[2], ServeConfig::default(), "deadline-stall").await;
+    let mut s = raw(srv.addr).await;
+    let (tx, resp) = open(&mut s, Some("200m"));
+    tx.send(Bytes::from_static(&[0, 0, 0, 1, 0])).await.unwrap(); // half a frame
+    let t = Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(20), resp)
+        .await
+        .expect("a stalled request was never answered");
+    assert_eq!(code, Code::DeadlineExceeded as i32);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "answered after {:?}: the client's deadline did not bound the request's arrival",
+        t.elapsed()
+    );
+    drop(tx);
     srv.stop().await;
 }
 
