@@ -14,7 +14,9 @@ and backward for the input and weight gradients). The variants of one shape
 run round-robin (one call each per round) and the table gives median
 milliseconds and the ratio hlobridge / eager (lower is better).
 
-The alternative, XLA:CPU's own convolution (``HLOBRIDGE_HOST_CONV=0``), is
+The alternatives, XLA:CPU's own convolution (``HLOBRIDGE_HOST_CONV=0``) and
+the routing without the plugin's oneDNN convolution (``HLOBRIDGE_ONEDNN_CONV=0``:
+host kernel, XLA from 2^27 multiply-adds), are each
 timed in a child process (the setting is read at the first compile), each
 shape again interleaved with its own eager; ``--no-xla`` skips it.
 
@@ -153,6 +155,8 @@ def main() -> None:
                     "substrings of shape names, comma-separated")
     ap.add_argument("--grad", action="store_true", help="time forward + both gradients")
     ap.add_argument("--no-xla", action="store_true", help="skip the HLOBRIDGE_HOST_CONV=0 run")
+    ap.add_argument("--no-v3", action="store_true",
+                    help="skip the HLOBRIDGE_ONEDNN_CONV=0 run (host kernel / XLA, no oneDNN)")
     ap.add_argument("--stat", choices=["median", "min"], default="median")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads (0: torch's default); 1 also sets HLOBRIDGE_GEMM_DONATE=0 "
@@ -174,23 +178,27 @@ def main() -> None:
           f"{torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load before: {_uptime()}")
     rows = measure(args)
-    xla: dict[str, dict[str, Any]] = {}
-    if not args.no_xla:
-        cmd = [sys.executable, __file__, "--child", "--batch", str(args.batch),
-               "--rounds", str(args.rounds), "--stat", args.stat,
-               "--threads", str(args.threads)] + (["--only", args.only] if args.only else []) \
-            + (["--grad"] if args.grad else [])
-        env = dict(os.environ, HLOBRIDGE_HOST_CONV="0")
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-        xla = {r["shape"]: r for r in json.loads(out.strip().splitlines()[-1])}
+    cmd = [sys.executable, __file__, "--child", "--batch", str(args.batch),
+           "--rounds", str(args.rounds), "--stat", args.stat,
+           "--threads", str(args.threads)] + (["--only", args.only] if args.only else []) \
+        + (["--grad"] if args.grad else [])
+
+    def child(**env: str) -> dict[str, dict[str, Any]]:
+        out = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True,
+                             check=True).stdout
+        return {r["shape"]: r for r in json.loads(out.strip().splitlines()[-1])}
+
+    xla = {} if args.no_xla else child(HLOBRIDGE_HOST_CONV="0")
+    v3 = {} if args.no_v3 else child(HLOBRIDGE_ONEDNN_CONV="0")
     load_after = _uptime()
     print(f"load after: {load_after}")
-    print(f"\n| shape | eager ms | hlobridge ms | hlobridge / eager | XLA conv / eager |")
-    print("|---|---:|---:|---:|---:|")
+    print("\n| shape | eager ms | hlobridge ms | hlobridge / eager | XLA conv / eager "
+          "| no oneDNN / eager |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        x = xla.get(r["shape"])
-        xs = f"{x['ratio']:.2f}" if x else "-"
-        print(f"| {r['shape']} | {r['eager_ms']:.3f} | {r['hb_ms']:.3f} | {r['ratio']:.2f} | {xs} |")
+        alt = [f"{a[r['shape']]['ratio']:.2f}" if r["shape"] in a else "-" for a in (xla, v3)]
+        print(f"| {r['shape']} | {r['eager_ms']:.3f} | {r['hb_ms']:.3f} | {r['ratio']:.2f} | "
+              f"{alt[0]} | {alt[1]} |")
     by_kind: dict[str, list[float]] = {}
     for r in rows:
         by_kind.setdefault(r["kind"], []).append(r["ratio"])
@@ -198,8 +206,8 @@ def main() -> None:
         print(f"geomean hlobridge/eager, {k}: {statistics.geometric_mean(v):.2f} ({len(v)} shapes)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "xla": xla, "load_after": load_after, "path": path}, f,
-                      indent=1)
+            json.dump({"rows": rows, "xla": xla, "no_onednn": v3, "load_after": load_after,
+                       "path": path}, f, indent=1)
 
 
 if __name__ == "__main__":
