@@ -473,15 +473,30 @@ def _int_to_float(op: Any) -> Callable[..., Any]:
     return decomp
 
 
+def _or_core(mine: Callable[..., Any], core: Callable[..., Any]) -> Callable[..., Any]:
+    """``mine``, falling through to torch's core decomposition of the op
+    (the one this entry replaces in the backend's table) where it declines."""
+    def decomp(*args: Any, **kwargs: Any) -> Any:
+        out = mine(*args, **kwargs)
+        return core(*args, **kwargs) if out is NotImplemented else out
+
+    return decomp
+
+
 def numerics_decompositions() -> dict[Any, Any]:
-    """The table (module docs); merged into the backend's decompositions."""
+    """The table (module docs); merged into the backend's decompositions
+    (an entry that replaces one of torch's core decompositions falls through
+    to it where it declines)."""
+    from torch._decomp import core_aten_decompositions
+
+    core = core_aten_decompositions()
     a = _aten
     argmax, argmin = _arg_extreme(a.argmax.default), _arg_extreme(a.argmin.default)
     amax = _extreme_values(a.amax.default, float("-inf"))
     amin = _extreme_values(a.amin.default, float("inf"))
     promoted = {getattr(a, n).default: _int_to_float(getattr(a, n).default)
                 for n in _INT_TO_FLOAT if hasattr(a, n)}
-    return promoted | {
+    table = promoted | {
         a.argmax.default: argmax,
         a.argmin.default: argmin,
         a.max.dim: _extreme_dim(a.max.dim, argmax),
@@ -515,3 +530,4 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.remainder.Tensor: _in_float32(a.remainder.Tensor),
         a.remainder.Scalar: _in_float32(a.remainder.Scalar),
     }
+    return {k: _or_core(v, core[k]) if k in core else v for k, v in table.items()}
