@@ -11,10 +11,10 @@ out) with a hashable identity. :meth:`TorchFn.capture` turns it into a
 2. the FX graph goes through the backend's own lowering, unchanged:
    :func:`~hlobridge._src.dynamo.partition.partition` (split at
    ``hlobridge::call_jax`` nodes, refusal of random ops, data-dependent
-   shapes and input mutation), the lowering engine for torch pieces, ``jax.jit``
-   for JAX pieces (:class:`~hlobridge._src.dynamo.program.CompiledGraph`'s
-   ``_lower_torch`` / ``_lower_jax``), and the Rust stitcher for the one
-   ``@main``. Nothing is compiled here: the module is embedded into the
+   shapes and input mutation), then
+   :func:`~hlobridge._src.dynamo.stitch_partition.stitch_partition` (the
+   lowering engine for torch pieces, ``jax.jit`` for JAX pieces, and the
+   Rust stitcher for the one ``@main``). Nothing is compiled here: the module is embedded into the
    caller's JAX program (:mod:`hlobridge._src.call_torch.embed`), which XLA
    compiles as a whole.
 
@@ -87,16 +87,6 @@ class Capture:
     cache: dict[str, Any] = field(default_factory=dict)
     """What :mod:`~hlobridge._src.call_torch.embed` derives from it once
     (the ``jax.export.Exported``)."""
-
-
-class _Shim:
-    """What ``CompiledGraph._lower_torch`` / ``_lower_jax`` read of ``self``."""
-
-    def __init__(self, label: str) -> None:
-        from hlobridge import _native
-
-        self.label = label
-        self.platform = _native.runtime().platform
 
 
 class TorchFn:
@@ -293,49 +283,25 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 def _lower(gm: torch.fx.GraphModule, sig: tuple[Spec, ...], name: str) -> Capture:
     """Lower a traced graph with the ``torch.compile`` backend's pieces."""
     from hlobridge import _native
-    from hlobridge._src.dynamo.partition import TorchPiece, partition
-    from hlobridge._src.dynamo.program import CompiledGraph, _mlir_type
+    from hlobridge._src.dynamo.partition import partition
+    from hlobridge._src.dynamo.stitch_partition import stitch_partition
 
     _stats["lowerings"] += 1
-    shim: Any = _Shim(f"call_torch {name}")
     try:
         part = partition(gm)
         types_: dict[str, Spec] = dict(zip(part.placeholders, sig))
-        consts: dict[str, torch.Tensor] = dict(part.constants)
-        for n, c in consts.items():
-            types_[n] = (tuple(c.shape), c.dtype)
-        segs: list[tuple[str, str, str, str, list[str], list[str]]] = []
-        engines: list[str] = []
-        for piece in part.pieces:
-            if isinstance(piece, TorchPiece):
-                seg = CompiledGraph._lower_torch(shim, piece, types_, consts, segs, engines)
-            else:
-                seg = CompiledGraph._lower_jax(shim, piece, types_)
-            segs.append(seg)
-            engines.append("piece")
+        sp = stitch_partition(part, types_, label=f"call_torch {name}",
+                              platform=_native.runtime().platform)
     except BridgeError:
         raise
     except Exception as e:
         raise CallTorchError(f"hb.call_torch: lowering {name} for inputs {_describe(sig)} "
                              f"failed: {type(e).__name__}: {e}") from e
+    if None in sp.outputs:
+        raise CallTorchError(f"hb.call_torch: {name} returns None where a tensor belongs")
     placeholder_pos = {n: i for i, n in enumerate(part.placeholders)}
-    used_args = [i for i, n in enumerate(part.placeholders) if any(n in s[4] for s in segs)]
-    used_consts = [n for n in consts if any(n in s[4] for s in segs)]
-    prog_out: list[str] = []
-    outputs: list[tuple[str, int]] = []
-    for h in part.outputs:
-        if h is None:
-            raise CallTorchError(f"hb.call_torch: {name} returns None where a tensor belongs")
-        if h in placeholder_pos:
-            outputs.append(("arg", placeholder_pos[h]))
-        else:
-            if h not in prog_out:
-                prog_out.append(h)
-            outputs.append(("prog", prog_out.index(h)))
-    inputs = [(part.placeholders[i], _mlir_type(types_[part.placeholders[i]]), False)
-              for i in used_args]
-    inputs += [(n, _mlir_type(types_[n]), False) for n in used_consts]
-    text, _report = _native.stitch(inputs, segs, prog_out)
+    text, consts, used_args, used_consts = sp.text, sp.consts, sp.used_args, sp.used_consts
+    outputs = [o for o in sp.outputs if o is not None]
     out_specs = [types_[h] if h not in placeholder_pos else sig[placeholder_pos[h]]
                  for h in part.outputs]
     return Capture(text=text, arg_index=used_args,

@@ -5,11 +5,11 @@ Building a signature (first call with new input shapes/dtypes/values):
 
 1. :func:`~hlobridge._src.dynamo.partition.partition` splits the graph at
    ``call_jax`` nodes;
-2. each torch piece is lowered by the engine (:mod:`hlobridge._src.dynamo.engine`),
-   each JAX piece by ``jax.jit(...).lower`` on ``ShapeDtypeStruct`` s;
-3. :func:`hlobridge._native.stitch` merges them into one ``@main`` (seams
-   type-checked, segments inlined, dead code removed);
-4. :func:`hlobridge._native.compile` compiles it (content-cached).
+2. :func:`~hlobridge._src.dynamo.stitch_partition.stitch_partition` lowers
+   each torch piece with the engine (:mod:`hlobridge._src.dynamo.engine`)
+   and each JAX piece with ``jax.jit``, and stitches them into one ``@main``
+   (the step ``hb.call_torch`` shares);
+3. :func:`hlobridge._native.compile` compiles it (content-cached).
 
 Graph inputs (parameters, buffers, activations) are program inputs, handed
 to PJRT by pointer (:func:`hlobridge._native.execute`); graph outputs come
@@ -19,7 +19,6 @@ itself is returned as that input, without a copy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
@@ -28,18 +27,17 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import jax
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils.dlpack import from_dlpack
 
 from hlobridge import _native
 from hlobridge._src.errors import ArgumentError, CompileBackendError, DtypeError
-from hlobridge._src.custom_op import lookup
-from hlobridge._src.dynamo.engine import TensorSpec, get_engine
-from hlobridge._src.dynamo.partition import JaxPiece, Partition, TorchPiece, partition
+from hlobridge._src.dynamo.engine import TensorSpec
+from hlobridge._src.dynamo.partition import Partition, partition
 from hlobridge._src.dynamo.random_inputs import RandomInput, lift_random_inputs
-from hlobridge._src.dtypes import CODES as _CODES, DTYPES as _DTYPES, PLAIN as _PLAIN, X64 as _X64
+from hlobridge._src.dynamo.stitch_partition import stitch_partition
+from hlobridge._src.dtypes import CODES as _CODES, PLAIN as _PLAIN
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
@@ -114,14 +112,6 @@ def compiled_graphs() -> list[CompiledGraph]:
     """Every graph the backend compiled in this process, oldest first."""
     with _registry_lock:
         return list(_graphs)
-
-
-def _mlir_type(spec: TensorSpec) -> str:
-    shape, dt = spec
-    entry = _DTYPES.get(dt)
-    if entry is None:
-        raise DtypeError(f"hlobridge backend: unsupported dtype {dt}")
-    return "tensor<" + "".join(f"{d}x" for d in shape) + entry[0] + ">"
 
 
 class CompiledGraph:
@@ -271,42 +261,11 @@ class CompiledGraph:
             raise CompileBackendError(
                 "hlobridge backend: the graph has symbolic (dynamic) sizes as inputs; compile "
                 "with torch.compile(..., dynamic=False) (each new shape then recompiles)")
-        consts: dict[str, torch.Tensor] = dict(part.constants)
-        for name, c in consts.items():
-            types[name] = (tuple(c.shape), c.dtype)
-        t0 = _perf()
-        segs: list[tuple[str, str, str, str, list[str], list[str]]] = []
-        engines: list[str] = []
-        for piece in part.pieces:
-            if isinstance(piece, TorchPiece):
-                seg = self._lower_torch(piece, types, consts, segs, engines)
-                segs.append(seg)
-                engines.append(get_engine().name)
-            else:
-                segs.append(self._lower_jax(piece, types))
-                engines.append("jax.jit")
-        used_args = [i for i, n in enumerate(part.placeholders)
-                     if n in types and any(n in s[4] for s in segs)]
-        used_consts = [n for n in consts if any(n in s[4] for s in segs)]
-        prog_out: list[str] = []
-        outputs: list[tuple[str, int] | None] = []
-        placeholder_pos = {n: i for i, n in enumerate(part.placeholders)}
-        for h in part.outputs:
-            if h is None:
-                outputs.append(None)
-            elif h in placeholder_pos:
-                outputs.append(("arg", placeholder_pos[h]))
-            else:
-                if h not in prog_out:
-                    prog_out.append(h)
-                outputs.append(("prog", prog_out.index(h)))
-        inputs = [(part.placeholders[i], _mlir_type(types[part.placeholders[i]]), False)
-                  for i in used_args]
-        inputs += [(n, _mlir_type(types[n]), False) for n in used_consts]
-        text, report_json = _native.stitch(inputs, segs, prog_out)
-        lower_s = _perf() - t0
+        sp = stitch_partition(part, types, label=self.label, platform=self.platform)
+        text, segs, engines, consts = sp.text, sp.segs, sp.engines, sp.consts
+        used_args, used_consts, outputs = sp.used_args, sp.used_consts, sp.outputs
         exe, hit = _native.compile(text)
-        report = json.loads(report_json)
+        report = json.loads(sp.report_json)
         ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
         # The receipt lists the computing segments; each scalar constant
         # segment (XLA folds it) is counted on the segment that reads it.
@@ -324,82 +283,15 @@ class CompiledGraph:
         codes += [_CODES[c.dtype] for c in const_tensors]
         return Program(exe=exe, text=text, report=report, segments=segments, inputs=used_args,
                        constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
-                       lower_s=lower_s, compile_s=0.0 if hit else exe.compile_time_s,
+                       lower_s=sp.lower_s, compile_s=0.0 if hit else exe.compile_time_s,
                        outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs],
-                       plan=(inputs, segs, prog_out))
-
-    def _lower_torch(self, piece: TorchPiece, types: dict[str, TensorSpec],
-                     consts: dict[str, torch.Tensor], segs: list[Any], engines: list[str]
-                     ) -> tuple[str, str, str, str, list[str], list[str]]:
-        lowered = get_engine().lower(piece.gm, [types[h] for h in piece.inputs])
-        # Backstop behind the FX-level refusal: a collective torch_xla
-        # lowered would be a one-replica no-op (docs/distributed.md).
-        from hlobridge._src.distributed_guard import check_stablehlo_collectives
-
-        check_stablehlo_collectives(lowered.text, f"hlobridge backend ({self.label}, "
-                                                  f"{piece.name})")
-        handles: list[str] = []
-        for k, p in enumerate(lowered.params):
-            if isinstance(p, int):
-                handles.append(piece.inputs[p])
-                continue
-            name = f"{piece.name}_const{k}"
-            types[name] = (tuple(p.shape), p.dtype)
-            handles.append(name)
-            if p.dim() == 0 and p.dtype in _DTYPES:
-                # A scalar the engine made a parameter: a constant segment,
-                # so that XLA can fold it.
-                segs.append((name, "torch", _scalar_module(p), "main", [], [name]))
-                engines.append("constant")
-            else:
-                consts[name] = p
-        for h, spec in zip(piece.outputs, lowered.outputs):
-            types[h] = spec
-        return (piece.name, "torch", lowered.text, "main", handles, piece.outputs)
-
-    def _lower_jax(self, piece: JaxPiece, types: dict[str, TensorSpec]
-                   ) -> tuple[str, str, str, str, list[str], list[str]]:
-        fn = lookup(piece.key)
-        specs = [types[h] for h in piece.inputs]
-        sds = [jax.ShapeDtypeStruct(s, _DTYPES[d][1]) for s, d in specs]  # type: ignore[no-untyped-call]
-        need_x64 = any(d in _X64 for _, d in specs)
-        from hlobridge._src.pallas_auto import lower_traced, producer_of  # cpu: Pallas in interpret mode
-
-        with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
-            traced = jax.jit(fn.flat, keep_unused=True).trace(*sds)
-            lowered = lower_traced(traced, self.platform)
-            text = lowered.as_text()
-        out_info = jax.tree_util.tree_leaves(lowered.out_info)
-        for h, info in zip(piece.outputs, out_info):
-            dt = _torch_dtype(info.dtype)
-            types[h] = (tuple(info.shape), dt)
-        return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
-
+                       plan=sp.plan)
 
 def _dtype_of_code(code: int) -> torch.dtype | None:
     for dt, c in _CODES.items():
         if c == code:
             return dt
     return None
-
-
-def _torch_dtype(dtype: Any) -> torch.dtype:
-    import numpy as np
-
-    for t, (_, j) in _DTYPES.items():
-        if np.dtype(j) == np.dtype(dtype):
-            return t
-    raise DtypeError(f"hlobridge backend: no torch dtype for {dtype}")
-
-
-def _scalar_module(value: torch.Tensor) -> str:
-    """A module whose ``main()`` returns the 0-d constant ``value``."""
-    # numpy has no bfloat16: through float32 (exact), then JAX's bfloat16.
-    arr = (value.numpy() if value.dtype is not torch.bfloat16
-           else jax.numpy.asarray(value.float().numpy(), dtype=jax.numpy.bfloat16))
-    need_x64 = value.dtype in _X64
-    with jax.enable_x64(True) if need_x64 else contextlib.nullcontext():
-        return jax.jit(lambda: arr).lower().as_text()  # type: ignore[no-any-return]
 
 
 _SOURCE_KEY = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)")
