@@ -5,6 +5,9 @@
 
 use hlobridge::refine::refine_text;
 use hlobridge::Error;
+mod common;
+
+use common::Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -185,21 +188,6 @@ module {
         "{e}"
     );
     assert!(e.contains("does not fold to a constant"), "{e}");
-}
-
-/// Small deterministic PRNG (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// Corpus modules truncated and mutated, with odd shape lists: every run

@@ -23,3 +23,18 @@ pub fn fmt(src: &str, generic: bool) -> String {
     };
     print_module(&m, &opts)
 }
+
+/// Small deterministic PRNG (xorshift64*), for the mutation tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
