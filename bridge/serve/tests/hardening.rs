@@ -36,7 +36,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 mod common;
-use common::{client, start_demo, start_model, Running};
+use common::{client, health, health_on, start_demo, start_model, Running};
 
 fn tmp(name: &str) -> std::path::PathBuf {
     common::tmp("hard", name)
@@ -63,26 +63,6 @@ fn req(t: Tensor) -> PredictRequest {
             tensor: Some(t),
         }],
     }
-}
-
-async fn health(url: &str) -> i32 {
-    let ch = Channel::from_shared(url.to_string())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    health_on(ch).await
-}
-
-async fn health_on(ch: Channel) -> i32 {
-    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-    h.check(tonic_health::pb::HealthCheckRequest {
-        service: "hlobridge.serve.v1.Predictor".into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .status
 }
 
 const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;

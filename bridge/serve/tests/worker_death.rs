@@ -12,11 +12,11 @@ use hlobridge_deploy::Model;
 use hlobridge_serve::pb::{NamedTensor, PredictRequest, Tensor};
 use hlobridge_serve::ServeConfig;
 use std::time::Duration;
-use tonic::transport::Channel;
 use tonic::Code;
 use tracing_subscriber::layer::SubscriberExt;
 
 mod common;
+use common::health;
 
 /// Panics on an ERROR event logged by the worker thread.
 struct KillWorker;
@@ -42,22 +42,6 @@ fn x(rows: i64) -> PredictRequest {
             }),
         }],
     }
-}
-
-async fn health(url: &str) -> i32 {
-    let ch = Channel::from_shared(url.to_string())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
-    h.check(tonic_health::pb::HealthCheckRequest {
-        service: "hlobridge.serve.v1.Predictor".into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

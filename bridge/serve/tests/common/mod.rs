@@ -83,3 +83,25 @@ pub async fn client(url: &str) -> PredictorClient<Channel> {
     }
     panic!("server did not come up");
 }
+
+/// The health status of the Predictor service at `url`, on a new connection.
+pub async fn health(url: &str) -> i32 {
+    let ch = Channel::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    health_on(ch).await
+}
+
+/// The health status of the Predictor service, asked on `ch`.
+pub async fn health_on(ch: Channel) -> i32 {
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: "hlobridge.serve.v1.Predictor".into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
+}
