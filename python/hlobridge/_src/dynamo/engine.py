@@ -37,7 +37,7 @@ import torch.fx
 from hlobridge._src import config
 from hlobridge._src.errors import CompileBackendError, DataDependentError, UnsupportedOpError
 from hlobridge._src.dynamo.attention_decomp import attention_decompositions
-from hlobridge._src.dynamo.numerics_decomp import numerics_decompositions
+from hlobridge._src.dynamo.numerics_decomp import complex_var_mean, numerics_decompositions
 
 __all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "decompositions",
            "get_engine"]
@@ -149,8 +149,11 @@ def decompositions() -> dict[Any, Any]:
     table[aten._native_batch_norm_legit_functional.default] = _batch_norm_functional
     table[aten._native_batch_norm_legit.default] = _batch_norm_in_place
     table[aten.native_batch_norm.default] = _batch_norm_in_place
-    table.update(_accurate_norms())
     table.update(numerics_decompositions())  # docs/op_numerics.md
+    # Last: the two-pass variance must win over any entry above for the
+    # same op (numerics_decompositions' complex var_mean falls through to
+    # torch's one-pass core decomposition for real inputs).
+    table.update(_accurate_norms())
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     table.update(attention_decompositions())  # nn.MultiheadAttention's inference fast path
     return table
@@ -250,6 +253,8 @@ def _var_mean_shifted(x: torch.Tensor, dim: Any = None, *, correction: Any = Non
     nothing to a large mean. In float32 at least, like torch."""
     from torch._prims_common import get_computation_dtype
 
+    if x.is_complex():  # a real variance: var(re) + var(im) (numerics_decomp)
+        return complex_var_mean(x, dim, correction=correction, keepdim=keepdim)
     dims = list(range(x.dim())) if dim is None or (isinstance(dim, (list, tuple))
                                                    and len(dim) == 0) else \
         [d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)]

@@ -110,7 +110,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["numerics_decompositions"]
+__all__ = ["complex_var_mean", "numerics_decompositions"]
 
 _aten = torch.ops.aten
 _busy = threading.local()
@@ -348,6 +348,15 @@ def _complex_var(op: Any) -> Callable[..., Any]:
         return out, _aten.sum.dim_IntList(x, dims, keepdim) / n
 
     return decomp
+
+
+def complex_var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
+                     keepdim: bool = False) -> Any:
+    """``var_mean`` of a complex tensor, as torch computes it (a real
+    variance); the backend's two-pass ``var_mean`` calls this for complex
+    inputs."""
+    return _complex_var(_aten.var_mean.correction)(x, dim, correction=correction,
+                                                      keepdim=keepdim)
 
 
 def _cummax(x: torch.Tensor, dim: int) -> Any:
