@@ -57,7 +57,10 @@ fn tpu_tests_run_in_a_process_started_with_libtpus_variables() {
     // In this multithreaded process a missing variable is refused by name,
     // and nothing is written to the environment.
     let e = accel::skip_tpu_metadata_query().unwrap_err();
-    assert!(matches!(e, pjrt_client::Error::TpuEnvironment { .. }), "{e}");
+    assert!(
+        matches!(e, pjrt_client::Error::TpuEnvironment { .. }),
+        "{e}"
+    );
     assert!(e.to_string().contains("TPU_SKIP_MDS_QUERY=1"), "{e}");
     assert!(!tpu_env_present());
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());

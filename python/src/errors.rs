@@ -108,9 +108,7 @@ pub fn pjrt_to_py(e: pjrt_client::Error) -> PyErr {
         E::PluginLoad { .. }
         | E::NotAPjrtPlugin { .. }
         | E::IncompatibleApi { .. }
-        | E::TpuEnvironment { .. } => {
-            PluginLoadError::new_err(msg)
-        }
+        | E::TpuEnvironment { .. } => PluginLoadError::new_err(msg),
         E::Unsupported { function } => {
             with_attrs(PjrtError::new_err(msg), function, "Unimplemented")
         }
