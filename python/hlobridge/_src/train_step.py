@@ -29,7 +29,11 @@ the caller's autocast are part of the traced step.
 
 Buffers the forward updates in place (BatchNorm running statistics) are
 returned by the program and written back. A batch of new shapes or dtypes
-traces and compiles again (one program per signature, cached).
+traces and compiles again (one program per signature, cached), unless
+``dynamic=True`` (or ``dynamic=(0, 1)``, the batch dimensions that vary):
+then the step is traced ONCE with symbolic batch sizes and lowered into one
+shape-polymorphic module, and a new shape costs one refinement and one XLA
+compile (:mod:`hlobridge._src.dynamic.step`).
 
 Data parallel (a ``DistributedDataParallel`` model or ``process_group=``,
 :mod:`hlobridge._src.data_parallel`): the traced step also holds the gradient
@@ -85,6 +89,9 @@ class _Traced:
     """The torch optimizer's flags and the autocast state traced for."""
     unused: frozenset[str] = frozenset()
     """Parameters the loss does not depend on (no gradient)."""
+    key: Any = None
+    """``dynamic=``: the structure (batch, state, optimizer) it was traced
+    for; its graph is a :class:`~hlobridge._src.dynamic.step.DynamicStep`."""
 
 
 def _autocast_state() -> tuple[bool, torch.dtype] | None:
@@ -115,13 +122,20 @@ class TrainStep:
     def __init__(self, model: torch.nn.Module, loss_fn: Callable[..., Any],
                  optimizer: Optimizer | torch.optim.Optimizer, *, has_aux: bool = False,
                  name: str | None = None, process_group: Any = None,
-                 max_grad_norm: float | None = None, accumulate: int = 1) -> None:
+                 max_grad_norm: float | None = None, accumulate: int = 1,
+                 dynamic: Any = False) -> None:
         from hlobridge._src.data_parallel import resolve
+        from hlobridge._src.dynamic.step import dynamic_dims
 
         # A DDP wrapper or process_group=: gradients all-reduced between a
         # gradient and an update program (hlobridge._src.data_parallel); FSDP and
         # DTensors refused; a one-rank DDP unwrapped (docs/distributed.md).
         model, self._dp = resolve(model, process_group)
+        self._dims = dynamic_dims(dynamic)
+        if self._dims is not None and self._dp is not None:
+            raise ArgumentError("compile_train_step: dynamic shapes with data parallelism are "
+                                "not supported (the step is cut into two programs around "
+                                "the all-reduce); use dynamic=False")
         self.model = model
         self.has_aux = has_aux
         self.loss_fn = loss_fn
@@ -163,6 +177,9 @@ class TrainStep:
                 state = optimizer.init({k: p.detach() for k, p in self._params.items()})
             self._state_leaves, self._state_spec = pytree.tree_flatten(state)
         self._traced: dict[tuple[Any, ...], _Traced] = {}
+        self._dynamic: list[_Traced] = []
+        """``dynamic=``: the symbolic traces, each serving every signature
+        its guards admit (several keys of ``_traced`` share one)."""
         self._last: _Traced | None = None
         """The last call's trace, tried first when the batch is a flat tuple
         of plain tensors."""
@@ -210,6 +227,8 @@ class TrainStep:
                      state_spec: pytree.TreeSpec, hyper: list[torch.Tensor],
                      structure: Any) -> Any:
         batch_leaves, batch_spec = pytree.tree_flatten(batch)
+        if self._dims is not None:
+            batch_leaves = _dynamic_leaves(batch_leaves, self.name)
         params = [p.detach() for p in self._param_list]
         buffers = [b.detach() for b in self._buffer_list]
         flat = [*params, *buffers, *state_leaves, *hyper, *batch_leaves]
@@ -220,10 +239,14 @@ class TrainStep:
         if traced is None:
             with self._lock:
                 traced = self._traced.get(key)
+                if traced is None and self._dims is not None:
+                    traced = self._admitting(flat, (batch_spec, state_spec, structure))
                 if traced is None:
                     traced = self._trace(flat, batch_spec, state_spec, len(state_leaves),
                                          len(hyper), structure)
-                    self._traced[key] = traced
+                    if traced.key is not None:
+                        self._dynamic.append(traced)
+                self._traced[key] = traced
         outs = traced.graph(*flat)
         flat_batch = batch_spec == pytree.tree_flatten(tuple(batch_leaves))[1]
         self._last = traced if flat_batch else None
@@ -269,11 +292,25 @@ class TrainStep:
             self._last = None  # a new structure needs a new trace
         self._state_leaves, self._state_spec = leaves, spec
 
+    def _admitting(self, flat: list[Any], key: Any) -> _Traced | None:
+        """``dynamic=``: a symbolic trace of this structure whose guards
+        hold for ``flat``'s sizes."""
+        for t in self._dynamic:
+            if t.key == key and t.graph.admits(flat):
+                return t
+        return None
+
     @property
     def graphs(self) -> list[Any]:
         """The compiled graph of each input signature seen so far
-        (:class:`hlobridge.dynamo.CompiledGraph`)."""
-        return [t.graph for t in self._traced.values()]
+        (:class:`hlobridge.dynamo.CompiledGraph`); with ``dynamic=``, of each
+        symbolic trace (:class:`~hlobridge._src.dynamic.step.DynamicStep`,
+        whose ``programs`` hold one program per shape)."""
+        out: list[Any] = []
+        for t in self._traced.values():
+            if not any(t.graph is g for g in out):
+                out.append(t.graph)
+        return out
 
     # -- tracing --------------------------------------------------------------
     def _trace(self, flat: list[Any], batch_spec: pytree.TreeSpec,
@@ -400,12 +437,20 @@ class TrainStep:
 
         # The caller's autocast is re-entered around loss_fn only (run_loss):
         # the backward and the update run as eager's do, outside it.
+        dims = self._dims
+        args: list[Any] = flat
+        if dims is not None:
+            # dynamic=: the batch's sizes symbolic (hlobridge._src.dynamic.step).
+            from hlobridge._src.dynamic.step import symbolic_inputs
+
+            args = symbolic_inputs(flat, len(flat) - batch_spec.num_leaves, dims)
+        mode = "fake" if dims is None else "symbolic"
         try:
             with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False):
                 raw = make_fx(step, decomposition_table=decompositions(),
-                              tracing_mode="fake")(*flat)
+                              tracing_mode=mode)(*args)
                 gm = make_fx(functionalize(raw, remove="mutations_and_views"),
-                             tracing_mode="fake")(*flat)
+                             tracing_mode=mode)(*args)
         except _data_dependent_errors() as e:
             raise DataDependentError(
                 f"compile_train_step ({self.name}): the step depends on tensor values "
@@ -419,13 +464,19 @@ class TrainStep:
             _drop_input_shaped_copies(gm)
         _lift_buffer_mutations(gm, n_p, bnames, mutated)
         n_out = out_box[0].num_leaves if out_box else n_state
-        graph = compile_graph(gm, self.name)
-        # The step's inputs by name, for hb.viz.
-        name_inputs(graph, [*pnames, *bnames, *(f"opt_state.{i}" for i in range(n_state)),
-                            *(f"hyper.{i}" for i in range(n_hyper)),
-                            *(f"batch.{i}" for i in range(len(flat) - n_p - n_b - n_state
-                                                          - n_hyper))], aot=False)
+        # The step's inputs by name, for hb.viz and the shape errors.
+        names = [*pnames, *bnames, *(f"opt_state.{i}" for i in range(n_state)),
+                 *(f"hyper.{i}" for i in range(n_hyper)),
+                 *(f"batch.{i}" for i in range(len(flat) - n_p - n_b - n_state - n_hyper))]
+        if dims is not None:
+            from hlobridge._src.dynamic.step import DynamicStep
+
+            graph: Any = DynamicStep(gm, self.name, names, args)
+        else:
+            graph = compile_graph(gm, self.name)
+            name_inputs(graph, names, aot=False)
         return _Traced(graph=graph, state_spec=state_spec,
+                       key=None if dims is None else (batch_spec, state_spec, structure),
                        n_state_out=n_out, out_state_spec=out_box[0] if out_box else None,
                        structure=structure, unused=frozenset(unused),
                        mutated_buffers=mutated,
@@ -433,6 +484,20 @@ class TrainStep:
                        n_batch=batch_spec.num_children,
                        aux_spec=aux_box[0] if aux_box else None,
                        n_aux=aux_box[0].num_leaves if aux_box else 0)
+
+
+def _dynamic_leaves(leaves: list[Any], name: str) -> list[Any]:
+    """``dynamic=``: the batch's leaves, tensors only (a Python number
+    would become a symbolic value of the trace), contiguous (strides are
+    no part of a symbolic trace's signature)."""
+    out = []
+    for t in leaves:
+        if not isinstance(t, torch.Tensor):
+            raise ArgumentError(f"compile_train_step ({name}, dynamic=...): every batch leaf "
+                                f"must be a tensor, got a {type(t).__name__}; pass it as a "
+                                f"0-d tensor or bind it in loss_fn")
+        out.append(t if t.is_contiguous() else t.contiguous())
+    return out
 
 
 def _data_dependent_errors() -> tuple[type[BaseException], ...]:
@@ -501,7 +566,8 @@ def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list
 def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
                        optimizer: Optimizer | torch.optim.Optimizer, *, has_aux: bool = False,
                        name: str | None = None, process_group: Any = None,
-                       max_grad_norm: float | None = None, accumulate: int = 1) -> TrainStep:
+                       max_grad_norm: float | None = None, accumulate: int = 1,
+                       dynamic: bool | int | tuple[int, ...] = False) -> TrainStep:
     """Compile ``model``'s whole training step into ONE program.
 
     ``loss_fn(model, *batch)`` computes the loss, calling ``model`` like the
@@ -552,7 +618,19 @@ def compile_train_step(model: torch.nn.Module, loss_fn: Callable[..., Any],
     Functional collectives in the step run between programs; one on a value
     that requires grad (no backward) raises
     :class:`~hlobridge.errors.CollectiveNotSupportedError`.
+
+    Dynamic shapes (``docs/dynamic_shapes.md``): with ``dynamic=True`` every
+    dimension of every batch tensor is symbolic; ``dynamic=(0, 1)`` (or
+    ``0``) names the batch dimensions that vary (each batch tensor that has
+    them). The step is traced ONCE and lowered into one module with ``?``
+    dimensions; each new shape is refined to it in Rust and compiled through
+    the compile cache, with no retrace. Sizes 0 and 1, and sizes equal at
+    the first call that later differ, get a second symbolic trace (the
+    first trace's guards do not hold for them). Shapes that violate the
+    module's assertions raise :class:`~hlobridge.errors.ShapeAssertionError`
+    naming the dimension; a step that cannot be traced symbolically raises
+    :class:`~hlobridge.errors.DynamicShapeError`.
     """
     return TrainStep(model, loss_fn, optimizer, has_aux=has_aux, name=name,
                      process_group=process_group, max_grad_norm=max_grad_norm,
-                     accumulate=accumulate)
+                     accumulate=accumulate, dynamic=dynamic)

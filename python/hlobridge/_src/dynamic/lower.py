@@ -109,6 +109,8 @@ class _Interpreter(torch.fx.Interpreter):
                 target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             if target in (torch.sym_max, torch.sym_min):
                 return _dim_extreme(target is torch.sym_max, *args)
+            if target is torch.sym_float:
+                return _dim_float(args[0])
             return target(*args, **kwargs)
         if target is torch.ops.aten.sym_size.int:
             return args[0].shape[args[1]]
@@ -140,6 +142,19 @@ def _dim_extreme(is_max: bool, a: Any, b: Any) -> Any:
     from jax._src import core
 
     return (core.max_dim if is_max else core.min_dim)(a, b)
+
+
+def _dim_float(d: Any) -> Any:
+    """``sym_float`` of a size (``2.0 / numel`` in a mean's backward): a
+    weakly typed float scalar, so that it keeps the tensor's dtype as a
+    Python float does in torch."""
+    if isinstance(d, int):
+        return float(d)
+    from jax._src import core, dtypes
+    from jax._src.lax import lax as lax_internal
+
+    return lax_internal._convert_element_type(core.dimension_as_value(d),
+                                              dtypes.canonicalize_dtype(float), weak_type=True)
 
 
 def _jax_dtype(dt: torch.dtype) -> Any:
