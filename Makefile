@@ -82,7 +82,8 @@ bench: setup
 	.venv/bin/python benches/e2e/run.py --docs docs/bench
 	.venv/bin/python benches/serve_load.py --json bench-results/serve_load.json
 	.venv/bin/python benches/first_call.py --json bench-results/first_call.json
-	.venv/bin/python benches/call_torch_bench.py --json bench-results/call_torch.json
+	.venv/bin/pip install -q -r benches/requirements.txt
+	.venv/bin/python benches/call_torch_bench.py --json bench-results/call_torch.json --md docs/bench/call_torch.md
 	.venv/bin/python benches/dynamic_shapes_bench.py --full --json bench-results/dynamic_shapes.json
 
 bench-quick: setup

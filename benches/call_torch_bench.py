@@ -1,23 +1,37 @@
-"""A JAX training step (forward, ``jax.grad``, ``optax.adamw``) of a small
-torch transformer LM, with the torch model called three ways, in one run:
+"""A JAX training step (forward, ``jax.grad``, ``optax.adamw``) of a torch
+transformer, the torch model called each of these ways, in one run (issue
+#29's "Measure"):
 
-- ``call_torch``: ``hb.torch_module`` -- the torch forward and backward
+- ``call_torch``: ``hb.torch_module``: the torch forward and backward
   captured as StableHLO and compiled into the step's one XLA program;
-- ``dlpack_hop``: the torch model run by eager torch from inside the jitted
-  step through ``jax.pure_callback`` (forward; the backward is a second
-  callback running torch autograd), arrays handed over zero-copy (numpy
-  views of JAX's buffers, ``torch.from_numpy``): what torch2jax-style
-  bridges do;
-- ``pure_jax``: the same model written in ``jax.numpy`` (same parameters,
-  checked equal to the torch forward first).
+- ``torchax``: torchax's ``JittableModule`` (``functional_call`` under
+  ``torch_view`` / ``jax_view``): torch ops re-implemented in JAX while JAX
+  traces;
+- ``torch2jax``: ``torch2jax.t2j`` (PyPI ``torch2jax`` 0.1.0, which is
+  samuela/torch2jax, a ``__torch_function__`` re-implementation; the
+  FFI-callback torch2jax the issue names is the ``dlpack_hop`` design). It
+  does not run either model: ``NotImplementedError: Unhandled function
+  call: torch.nn.functional.embedding`` (both start with an embedding);
+  the row records the error;
+- ``dlpack_hop``: eager torch from inside the jitted step through
+  ``jax.pure_callback`` (forward, and torch autograd for the backward),
+  arrays handed over zero-copy where possible: the callback bridges' design;
+- ``pure_jax``: the same model written in ``jax.numpy`` (transformers 5
+  ships no Flax models), checked against eager torch first.
 
-Time per step: the median of interleaved rounds
-(``benches/e2e/timing.py``), with the machine's load (``uptime``). Ratios
-are to ``pure_jax``. Competitors not run: torchax needs flax (not installed
-here); torch2jax is not installed (its CPU path is an FFI callback into
-eager torch, the ``dlpack_hop`` row's design).
+Models (``benches/call_torch_models.py``): by default the zoo's GPT-2
+(``GPT2LMHeadModel``) at d 256, 4 layers, vocab 8192, batch 4, seq 128;
+``--quick`` the small LM (2 ``TransformerEncoderLayer`` s, d 128).
 
-    .venv/bin/python benches/call_torch_bench.py [--json out.json] [--quick]
+Every row's forward is checked against eager torch and every row's first
+step loss against pure JAX's before timing. Time per step: the median of
+interleaved rounds (``benches/e2e/timing.py``), with p10/p90 and the
+machine's load (``uptime``) before and after; ratios are to ``pure_jax``.
+Writes ``--json`` and ``--md`` (a Markdown table). The competitors are
+bench-only dependencies: ``pip install -r benches/requirements.txt`` (``make
+bench`` does); a row whose package is missing says so.
+
+    .venv/bin/python benches/call_torch_bench.py [--quick] [--json out.json] [--md out.md]
 """
 
 from __future__ import annotations
@@ -26,11 +40,15 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "e2e"))
+sys.path.insert(0, str(HERE))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -39,88 +57,12 @@ import optax  # noqa: E402
 import torch  # noqa: E402
 
 import hlobridge as hb  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "e2e"))
+from call_torch_hlo import hlo_summary  # noqa: E402
+from call_torch_models import BenchModel, gpt2, small_lm  # noqa: E402
+from call_torch_rivals import dlpack_hop, torch2jax_apply, torchax_apply  # noqa: E402
 from timing import interleaved  # noqa: E402
 
-VOCAB, D, HEADS, FF, LAYERS = 512, 128, 4, 512, 2
-
-
-class LM(torch.nn.Module):
-    """Embedding, post-LN encoder layers (``nn.TransformerEncoderLayer``), head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = torch.nn.Embedding(VOCAB, D)
-        self.layers = torch.nn.ModuleList(
-            torch.nn.TransformerEncoderLayer(D, HEADS, FF, dropout=0.0, batch_first=True)
-            for _ in range(LAYERS))
-        self.head = torch.nn.Linear(D, VOCAB)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.emb(ids)
-        for layer in self.layers:
-            h = layer(h)
-        return self.head(h)  # type: ignore[no-any-return]
-
-
-def jax_lm(p: dict[str, Any], ids: Any) -> Any:
-    """The same model in ``jax.numpy`` (torch's parameter names and layouts)."""
-
-    def ln(x: Any, w: Any, b: Any) -> Any:
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / jnp.sqrt(var + 1e-5) * w + b
-
-    h = p["emb.weight"][ids]
-    bsz, seq, _ = h.shape
-    for i in range(LAYERS):
-        q = f"layers.{i}."
-        qkv = h @ p[q + "self_attn.in_proj_weight"].T + p[q + "self_attn.in_proj_bias"]
-        qkv = qkv.reshape(bsz, seq, 3, HEADS, D // HEADS).transpose(2, 0, 3, 1, 4)
-        att = jax.nn.softmax(qkv[0] @ qkv[1].swapaxes(-1, -2) / np.sqrt(D // HEADS), axis=-1)
-        o = (att @ qkv[2]).transpose(0, 2, 1, 3).reshape(bsz, seq, D)
-        o = o @ p[q + "self_attn.out_proj.weight"].T + p[q + "self_attn.out_proj.bias"]
-        h = ln(h + o, p[q + "norm1.weight"], p[q + "norm1.bias"])
-        f = jax.nn.relu(h @ p[q + "linear1.weight"].T + p[q + "linear1.bias"])
-        f = f @ p[q + "linear2.weight"].T + p[q + "linear2.bias"]
-        h = ln(h + f, p[q + "norm2.weight"], p[q + "norm2.bias"])
-    return h @ p["head.weight"].T + p["head.bias"]
-
-
-def dlpack_hop(model: torch.nn.Module, names: list[str]) -> Any:
-    """``f(params, ids)`` running ``model`` in eager torch via callbacks."""
-
-    def run(params: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
-        with warnings.catch_warnings():  # read-only views of JAX's buffers: not written
-            warnings.simplefilter("ignore", UserWarning)
-            state = {n: torch.from_numpy(np.asarray(params[n])) for n in names}
-        with torch.no_grad():
-            out = torch.func.functional_call(model, state, (torch.from_numpy(np.asarray(ids)),))
-        return out.numpy()
-
-    def grads(params: dict[str, np.ndarray], ids: np.ndarray, ct: np.ndarray
-              ) -> dict[str, np.ndarray]:
-        state = {n: torch.from_numpy(np.array(params[n])).requires_grad_() for n in names}
-        out = torch.func.functional_call(model, state, (torch.from_numpy(np.asarray(ids)),))
-        gs = torch.autograd.grad(out, list(state.values()), torch.from_numpy(np.asarray(ct)))
-        return {n: g.numpy() for n, g in zip(names, gs)}
-
-    @jax.custom_vjp
-    def f(params: Any, ids: Any) -> Any:
-        shape = jax.ShapeDtypeStruct((*ids.shape, VOCAB), jnp.float32)
-        return jax.pure_callback(run, shape, params, ids)
-
-    def fwd(params: Any, ids: Any) -> Any:
-        return f(params, ids), (params, ids)
-
-    def bwd(res: Any, ct: Any) -> Any:
-        params, ids = res
-        shapes = {n: jax.ShapeDtypeStruct(v.shape, v.dtype) for n, v in params.items()}
-        return jax.pure_callback(grads, shapes, params, ids, ct), None
-
-    f.defvjp(fwd, bwd)
-    return f
+ROWS = ("call_torch", "torchax", "torch2jax", "dlpack_hop", "pure_jax")
 
 
 def make_step(apply: Any) -> Any:
@@ -139,58 +81,139 @@ def make_step(apply: Any) -> Any:
     return tx, step
 
 
+def _error(e: BaseException) -> str:
+    """One line: the exception's type and message, argument reprs cut."""
+    msg = f"{type(e).__name__}: {e}".split("\n")[0]
+    return msg.split("(*(")[0][:200]
+
+
+def appliers(bm: BenchModel, params: dict[str, Any]) -> dict[str, Any]:
+    """Each row's ``apply(params, ids)``, or the reason it cannot be made."""
+    apply_ct, _ = hb.torch_module(bm.module, forward=bm.forward)
+    makers = {
+        "call_torch": lambda: apply_ct,
+        "torchax": lambda: torchax_apply(bm),
+        "torch2jax": lambda: torch2jax_apply(bm, params),
+        "dlpack_hop": lambda: dlpack_hop(bm, list(params)),
+        "pure_jax": lambda: bm.jax_apply,
+    }
+    out: dict[str, Any] = {}
+    for k, make in makers.items():
+        try:
+            out[k] = make()
+        except Exception as e:  # noqa: BLE001 -- the reason goes in the table
+            out[k] = _error(e)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--md", type=Path)
+    ap.add_argument("--quick", action="store_true", help="the small LM, fewer rounds")
+    ap.add_argument("--reps", type=int, help="interleaved rounds (default 15, quick 7)")
+    ap.add_argument("--hlo-dump", type=Path, help="write each step's optimized HLO here")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    model = LM().train()
-    apply, params = hb.torch_module(model)
-    names = list(params)
-    ids = jnp.asarray(np.random.default_rng(0).integers(0, VOCAB, (args.batch, args.seq)),
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    bm = small_lm() if args.quick else gpt2()
+    _, params = hb.torch_module(bm.module, forward=bm.forward)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, bm.vocab, (bm.batch, bm.seq)),
                       jnp.int32)
     y = jnp.roll(ids, -1, axis=1)
     with torch.no_grad():
-        want = model(torch.from_numpy(np.array(ids)).long()).numpy()
-    got = np.asarray(jax.jit(jax_lm)(params, ids))
-    assert np.allclose(got, want, rtol=1e-4, atol=1e-4), np.abs(got - want).max()
-    variants = {"call_torch": apply, "dlpack_hop": dlpack_hop(model, names), "pure_jax": jax_lm}
+        want = bm.forward(bm.module, torch.from_numpy(np.array(ids)).long()).numpy()
+    rows: dict[str, dict[str, Any]] = {k: {} for k in ROWS}
     runners: dict[str, Any] = {}
-    losses = {}
-    for k, fn in variants.items():
-        tx, step = make_step(fn)
-        state = {"p": params, "s": tx.init(params)}
+    losses: dict[str, float] = {}
+    for k, apply in appliers(bm, params).items():
+        row = rows[k]
+        if isinstance(apply, str):
+            row["error"] = apply
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = np.asarray(jax.jit(apply)(params, ids))
+            err = float(np.abs(got - want).max())
+            row["forward_max_abs_err"] = err
+            if not np.allclose(got, want, rtol=bm.tol, atol=bm.tol):
+                row["error"] = f"forward differs from eager torch: max abs {err:.2e}"
+                continue
+            tx, jitted = make_step(apply)
+            state = {"p": params, "s": tx.init(params)}
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step = jitted.lower(params, state["s"], ids, y).compile()
+            _, _, val = step(params, state["s"], ids, y)
+            losses[k] = float(val)
+            row["first_step_s"] = time.perf_counter() - t0
+            row["hlo"] = hlo_summary(step, k, args.hlo_dump and args.hlo_dump / bm.name)
+        except Exception as e:  # noqa: BLE001
+            row["error"] = _error(e)
+            continue
 
         def run(step: Any = step, state: dict[str, Any] = state) -> None:
             state["p"], state["s"], val = step(state["p"], state["s"], ids, y)
             jax.block_until_ready(val)
 
-        # first step from the same parameters: the three losses agree
-        _, _, val = step(params, state["s"], ids, y)
-        losses[k] = float(val)
         runners[k] = run
-    assert max(losses.values()) - min(losses.values()) < 1e-4, losses
-    load = os.getloadavg()
-    res = interleaved(runners, reps=5 if args.quick else 15, batch=2 if args.quick else 4,
-                      warmup=2)
-    base = res["pure_jax"]["median_us"]
-    print(f"transformer LM step: vocab {VOCAB}, d {D}, {LAYERS} layers, batch {args.batch}, "
-          f"seq {args.seq}; load {load[0]:.1f}; {os.cpu_count()} cpus")
-    base10 = res["pure_jax"]["p10_us"]
-    print(f"{'variant':12} {'ms/step':>9} {'p10':>8} {'p90':>8} {'vs pure_jax':>12} "
-          f"{'p10 vs p10':>11}")
+    base_loss = losses["pure_jax"]
+    for k, v in losses.items():
+        assert abs(v - base_loss) < 1e-3, (k, v, base_loss)
+    reps = args.reps or (7 if args.quick else 15)
+    res = interleaved(runners, reps=reps, batch=2 if args.quick else 1, warmup=1)
+    load_after = os.getloadavg()
     for k, s in res.items():
-        print(f"{k:12} {s['median_us'] / 1e3:9.2f} {s['p10_us'] / 1e3:8.2f} "
-              f"{s['p90_us'] / 1e3:8.2f} {s['median_us'] / base:11.2f}x "
-              f"{s['p10_us'] / base10:10.2f}x")
-    print("not run: torchax (needs flax, not installed), torch2jax (not installed)")
+        rows[k].update(s)
+        rows[k]["loss"] = losses[k]
+    base = res["pure_jax"]
+    for k in res:
+        rows[k]["vs_pure_jax"] = res[k]["median_us"] / base["median_us"]
+        rows[k]["p10_vs_pure_jax"] = res[k]["p10_us"] / base["p10_us"]
+    report = {"model": bm.name, "describe": bm.describe, "batch": bm.batch, "seq": bm.seq,
+              "load_before": load_before, "load_after": load_after, "cpus": os.cpu_count(),
+              "jax": jax.__version__, "torch": torch.__version__, "rows": rows,
+              "command": " ".join(["benches/call_torch_bench.py", *sys.argv[1:]]),
+              "wall_s": time.perf_counter() - t_start}
+    text = markdown(report)
+    print(text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"load": load, "losses": losses, "results": res,
-                                         "batch": args.batch, "seq": args.seq}, indent=2))
+        args.json.write_text(json.dumps(report, indent=2))
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(text)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The report as a Markdown table with a header line."""
+    lb, la = r["load_before"], r["load_after"]
+    lines = [
+        f"JAX training step (forward, `jax.grad`, `optax.adamw`) of {r['describe']}; "
+        f"batch {r['batch']}, sequence {r['seq']}. Median of interleaved rounds (p10-p90); "
+        f"ratios to pure JAX. {r['cpus']} CPUs, load average {lb[0]:.1f} before / "
+        f"{la[0]:.1f} after; jax {r['jax']}, torch {r['torch']}. Generated by "
+        f"`{r['command']}` ({r['wall_s']:.0f} s). dots: `dot` ops in the optimized "
+        f"step (all computations); fusions: top-level fusions; GB accessed: XLA's cost "
+        f"analysis.", "",
+        "| variant | ms/step | p10-p90 ms | vs pure JAX (median) | vs pure JAX (p10) "
+        "| first step s (compile) | dots | fusions | GB accessed | forward vs eager torch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for k, row in r["rows"].items():
+        if "median_us" not in row:
+            lines.append(f"| `{k}` | - | - | - | - | - | - | - | - | not run: "
+                         f"{row.get('error', '?').replace('|', '/')} |")
+            continue
+        h = row["hlo"]
+        lines.append(
+            f"| `{k}` | {row['median_us'] / 1e3:.1f} | {row['p10_us'] / 1e3:.1f}-"
+            f"{row['p90_us'] / 1e3:.1f} | {row['vs_pure_jax']:.2f}x | "
+            f"{row['p10_vs_pure_jax']:.2f}x | {row['first_step_s']:.1f} | "
+            f"{h['dot']} | {h['fusion']} | {h['gb_accessed']:.2f} | "
+            f"max abs err {row['forward_max_abs_err']:.1e} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
