@@ -196,6 +196,13 @@ def _nan_rows(g: torch.Generator) -> torch.Tensor:
     return x
 
 
+def _info_and_regular(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``inv_ex``'s ``info`` and the inverse of the (regular) first matrix
+    (a singular matrix's "inverse" is whatever the algorithm leaves)."""
+    inverse, info = torch.linalg.inv_ex(a)
+    return info, inverse[0]
+
+
 # Each failed before hlobridge._src.dynamo.numerics_decomp (docs/op_numerics.md),
 # except the two ``*_ties*`` guards: torch's first-index tie-breaking, which
 # the decompositions must keep (max pooling's backward and argmax rely on it).
@@ -284,7 +291,61 @@ REGRESSIONS: dict[str, Case] = {
     "log_uint8": (lambda x: torch.log(x.to(torch.uint8)), lambda g: (_i(g, 9, 20),), False),
     "remainder_bf16": (torch.remainder, lambda g: (_r(g, 200, scale=8.0).bfloat16(),
                                                    _r(g, 200).bfloat16()), False),
+    # The sweep's former wrong-number class (linalg_numerics, numerics_decomp).
+    "inv_ex_info_singular": (_info_and_regular, lambda g: (_singular(g, 4, 5),), False),
+    "inv_ex_info_singular_f64": (_info_and_regular,
+                                 lambda g: (_singular(g, 3, 6).double(),), False),
+    "inv_ex_info_complex_singular": (
+        _info_and_regular, lambda g: (_singular(g, 3, 4) + 1j * _singular(g, 3, 4),), False),
+    "inv_ex_info_empty": (torch.linalg.inv_ex, lambda g: (_r(g, 0, 5, 5),), False),
+    "inv_ex_grad": (lambda a: torch.linalg.inv_ex(a)[0], lambda g: (_r(g, 2, 5, 5),), True),
+    "pinv_f64": (torch.linalg.pinv, lambda g: (_r(g, 5, 5).double(),), False),
+    "pinv_f64_wide_batched": (torch.linalg.pinv, lambda g: (_r(g, 2, 3, 6).double(),), False),
+    "pinv_f64_rank_deficient": (
+        torch.linalg.pinv, lambda g: (_r(g, 6, 2).double() @ _r(g, 2, 5).double(),), False),
+    "pinv_hermitian_f64": (lambda a: torch.linalg.pinv(a + a.mT, hermitian=True),
+                           lambda g: (_r(g, 5, 5).double(),), False),
+    "pinv_complex": (torch.linalg.pinv, lambda g: (_c(g, 4, 3),), False),
+    "pinv_empty": (torch.linalg.pinv, lambda g: (_r(g, 0, 0),), False),
+    "pinv_grad": (torch.linalg.pinv, lambda g: (_r(g, 4, 3),), True),
+    "gradient_complex": (lambda z: torch.gradient(z), lambda g: (_c(g, 7),), False),
+    "cat_of_complex_div": (lambda z: torch.cat([z[:2] / z[2:4], z[4:] / 3.0]),
+                           lambda g: (_c(g, 7),), False),
+    "heaviside_int32": (torch.heaviside, lambda g: (
+        (_i(g, 3, 9) - 1).to(torch.int32), torch.tensor(5, dtype=torch.int32)), False),
+    "heaviside_int32_0d": (torch.heaviside, lambda g: (
+        (_i(g, 3, 1)[0] - 1).to(torch.int32), (_i(g, 9, 1)[0]).to(torch.int32)), False),
+    "heaviside_bool": (torch.heaviside, lambda g: (_i(g, 2, 8) > 0, _i(g, 2, 8) > 0), False),
+    "isnan_bool": (torch.isnan, lambda g: (_i(g, 2, 5, 5) > 0,), False),
+    "atan2_bool": (torch.atan2, lambda g: (_i(g, 2, 9) > 0, _i(g, 2, 9) > 0), False),
+    # 0-d tensors with a dim (zero_d_dims): torch_xla raised "Value out of range".
+    "sum_0d_dim": (lambda x: torch.sum(x, 0), lambda g: (_r(g, 1)[0],), True),
+    "mean_0d_dim_keepdim": (lambda x: torch.mean(x, -1, keepdim=True), lambda g: (_r(g, 1)[0],),
+                            True),
+    "amax_0d_dim": (lambda x: torch.amax(x, 0), lambda g: (_r(g, 1)[0],), True),
+    "argmax_0d_dim": (lambda x: torch.argmax(x, 0), lambda g: (_r(g, 1)[0],), False),
+    "max_0d_dim": (lambda x: torch.max(x, -1), lambda g: (_r(g, 1)[0],), True),
+    "logsumexp_0d_dim": (lambda x: torch.logsumexp(x, 0), lambda g: (_r(g, 1)[0],), True),
+    "cumsum_0d": (lambda x: torch.cumsum(x, 0), lambda g: (_r(g, 1)[0],), True),
+    "cummax_0d": (lambda x: torch.cummax(x, 0), lambda g: (_r(g, 1)[0],), True),
+    "any_0d_dim_int": (lambda x: torch.any(x, 0), lambda g: (_i(g, 2, 1)[0],), False),
+    "count_nonzero_0d_dim": (lambda x: torch.count_nonzero(x, 0), lambda g: (_r(g, 1)[0],),
+                             False),
+    "index_select_0d": (lambda x, i: torch.index_select(x, 0, i),
+                        lambda g: (_r(g, 1)[0], torch.zeros(1, dtype=torch.int64)), True),
+    "index_add_0d": (lambda x, s: x.index_add(0, torch.tensor([0]), s, alpha=2.0),
+                     lambda g: (_r(g, 1)[0], _r(g, 1)[0]), True),
 }
+
+
+def _singular(g: torch.Generator, batch: int, n: int) -> torch.Tensor:
+    """``batch`` random n x n matrices, the second with a zero column, the
+    third with two equal rows (exactly zero pivots: eager's ``info`` > 0)."""
+    a = _r(g, batch, n, n)
+    a[1, :, int(_i(g, n, 1))] = 0
+    if batch > 2:
+        a[2, n - 1] = a[2, 0]
+    return a
 
 
 def _ties_nan(g: torch.Generator) -> torch.Tensor:

@@ -110,6 +110,9 @@ from typing import Any
 
 import torch
 
+from hlobridge._src.dynamo import linalg_numerics
+from hlobridge._src.dynamo.zero_d_dims import ZERO_D_OPS, zero_d_wrap
+
 __all__ = ["complex_var_mean", "numerics_decompositions"]
 
 _aten = torch.ops.aten
@@ -409,21 +412,59 @@ def _in_float32(op: Any) -> Callable[..., Any]:
     return decomp
 
 
-def _inv_ex_complex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
-    """``linalg_inv_ex`` of a complex matrix: torch_xla's complex inverse was
-    wrong (error 1.99 relative for a random 5x5, eager 1.8e-7). Here: the
-    real 2n x 2n embedding ``[[Re, -Im], [Im, Re]]``, whose inverse is
-    ``[[C, -D], [D, C]]`` for ``(Re + i Im)^-1 = C + i D``."""
+def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
+    """``linalg_inv_ex``: :func:`linalg_numerics.inv_ex` (its ``info``;
+    complex through the real embedding), the inner call of the op
+    recorded as is."""
     op = _aten.linalg_inv_ex.default
-    if not a.is_complex() or a.numel() == 0 or _declines(op):
+    if _declines(op):
         return NotImplemented
-    n = a.shape[-1]
-    re, im = a.real, a.imag
-    big = torch.cat([torch.cat([re, -im], -1), torch.cat([im, re], -1)], -2)
     with _inner(op):
-        inv, info = op(big, check_errors=check_errors)
-    c, d = inv[..., :n, :n], inv[..., n:, :n]
-    return c + 1j * d, info
+        return linalg_numerics.inv_ex(a, check_errors=check_errors)
+
+
+def _div_complex(a: Any, b: Any) -> Any:
+    """``div.Tensor`` with a complex operand: torch_xla's result carries
+    the default float dtype as its torch type (its HLO is complex), so a
+    later ``cat``/``stack`` converted it to float32 (``gradient`` of
+    complex64 came back float32). Here: the quotient plus a complex zero,
+    which gives the result torch_xla's complex type."""
+    op = _aten.div.Tensor
+    cplx = [t for t in (a, b) if isinstance(t, torch.Tensor) and t.is_complex()]
+    if not cplx or _declines(op):
+        return NotImplemented
+    with _inner(op):
+        q = op(a, b)
+    return q + torch.zeros((), dtype=q.dtype)
+
+
+def _heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
+    """``heaviside`` of integer/bool tensors: torch_xla returned int64 for
+    int32 (and failed on bool: ``isnan`` of ``pred``). Here: ``values``
+    where ``x == 0``, else ``x > 0``, in torch's result type."""
+    if x.is_floating_point() or x.is_complex():
+        return NotImplemented
+    dtype = torch.result_type(x, values)
+    if dtype == torch.bool:
+        return x | values.to(torch.bool)
+    return torch.where(x == 0, values.to(dtype), (x > 0).to(dtype))
+
+
+def _isnan_exact(x: torch.Tensor) -> Any:
+    """``isnan`` of integer/bool tensors (all False; torch_xla failed to
+    lower it for bool)."""
+    if x.is_floating_point() or x.is_complex():
+        return NotImplemented
+    return torch.zeros(x.shape, dtype=torch.bool)
+
+
+def _atan2_promoted(a: torch.Tensor, b: torch.Tensor) -> Any:
+    """``atan2`` of integer/bool tensors: torch computes in the default
+    float dtype; torch_xla failed on bool (``got PRED``)."""
+    if a.is_floating_point() or b.is_floating_point():
+        return NotImplemented
+    f = torch.get_default_dtype()
+    return _aten.atan2.default(a.to(f), b.to(f))
 
 
 def _div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
@@ -530,7 +571,12 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.var_mean.correction: _complex_var(a.var_mean.correction),
         a.std_mean.correction: _complex_var(a.std_mean.correction),
         a.cummax.default: _cummax,
-        a.linalg_inv_ex.default: _inv_ex_complex,
+        a.linalg_inv_ex.default: _inv_ex,
+        a.linalg_pinv.atol_rtol_tensor: linalg_numerics.pinv,
+        a.div.Tensor: _div_complex,
+        a.heaviside.default: _heaviside,
+        a.isnan.default: _isnan_exact,
+        a.atan2.default: _atan2_promoted,
         a.div.Scalar: _div_scalar_complex,
         a.convolution_backward.default: _conv_backward_half_bias,
         a.floor_divide.default: _in_float32(a.floor_divide.default),
@@ -539,4 +585,6 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.remainder.Tensor: _in_float32(a.remainder.Tensor),
         a.remainder.Scalar: _in_float32(a.remainder.Scalar),
     }
+    for op in ZERO_D_OPS:  # 0-d tensors with a dim (zero_d_dims)
+        table[op] = zero_d_wrap(op, table.get(op))
     return {k: _or_core(v, core[k]) if k in core else v for k, v in table.items()}

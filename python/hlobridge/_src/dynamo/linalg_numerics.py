@@ -1,0 +1,167 @@
+"""Linear-algebra decompositions that keep torch's results where torch_xla's
+lowering gives other ones (found by ``scripts/op_sweep.py``;
+docs/op_numerics.md). Entries of the backend's table, through
+:func:`hlobridge._src.dynamo.numerics_decomp.numerics_decompositions`.
+
+``linalg_inv_ex`` (``linalg.inv_ex``, ``linalg.inv``, ``tensorinv``)
+    torch_xla's ``info`` had the matrices' shape ((5, 5) instead of ()) and
+    was all zeros, also for a singular matrix. torch's ``info`` is LAPACK
+    ``getrf``'s: 0, or the 1-based index of the first pivot of the LU
+    factorization with partial pivoting that is exactly zero (of ``A^T``
+    for a real ``A``: torch solves ``A X = I`` through the LU of the
+    transpose of a contiguous real matrix). Here: the
+    inverse from torch_xla (complex: of the real ``2n x 2n`` embedding
+    ``[[Re, -Im], [Im, Re]]``, whose inverse is ``[[C, -D], [D, C]]`` for
+    ``(Re + i Im)^-1 = C + i D``; torch_xla's complex inverse was 1.99
+    relative off), ``info`` from an LU factorization with LAPACK's pivot
+    choice (the first largest ``|x|``, ``|re| + |im|`` for complex) unrolled
+    in the program for matrices up to :data:`LU_INFO_MAX_N` (the columns
+    are a Python loop; an unused ``info`` is dead code XLA removes). Larger
+    matrices take ``info`` from ``linalg_lu_factor_ex``, which torch_xla
+    does not lower: a named ``UnsupportedOpError`` where ``info`` is used
+    (rather than a wrong ``info``).
+
+``linalg_pinv`` (``linalg.pinv``, ``pinverse``, ``linalg.matrix_rank``'s
+relatives)
+    torch_xla's pinv was 2e-7 relative off in float64 for a 5x5 matrix of
+    condition number 2.25 (float32 accuracy: XLA's Jacobi SVD gets the
+    singular values to 6e-14 there, but ``U S V^H`` reconstructs the matrix
+    only to 5e-7, and its ``eigh`` to 3e-9), failed on empty matrices and
+    on complex ones. Here: torch's formula (``V diag(1/s) U^H`` over the singular
+    values above ``max(atol, rtol * s_max)``; ``hermitian``: the
+    eigendecomposition) on ``_linalg_svd`` / ``linalg_eigh``; complex
+    matrices through the real embedding above (the pseudo-inverse of the
+    embedding is the embedding of the pseudo-inverse); empty matrices:
+    zeros; then one Newton-Schulz step ``X <- 2X - X A X``, which squares
+    the error of XLA's factorization and keeps the truncated
+    pseudo-inverse (its fixed point).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["LU_INFO_MAX_N", "inv_ex", "lu_info", "pinv"]
+
+_aten = torch.ops.aten
+
+LU_INFO_MAX_N = 128
+"""The largest matrix whose ``linalg_inv_ex`` info is computed in the
+program (the factorization is unrolled: one step per column)."""
+
+
+def lu_info(a: torch.Tensor) -> torch.Tensor:
+    """LAPACK ``getrf``'s ``info`` of each matrix of ``a`` (``(..., n, n)``):
+    0, or the 1-based index of the first exactly zero pivot of the LU
+    factorization with partial pivoting (int32, the batch shape)."""
+    batch = a.shape[:-2]
+    n = a.shape[-1]
+    info = torch.zeros(batch, dtype=torch.int32)
+    s = a
+    for k in range(n):
+        m = n - k
+        col = s[..., :, 0]
+        mag = col.real.abs() + col.imag.abs() if col.is_complex() else col.abs()
+        p = torch.argmax(mag, -1, keepdim=True)  # the first largest
+        idx = p.unsqueeze(-1).expand(*batch, 1, m)
+        pivot_row = torch.gather(s, -2, idx)  # (..., 1, m)
+        piv = pivot_row[..., 0, 0]
+        zero = piv == 0
+        info = torch.where((info == 0) & zero, torch.full_like(info, k + 1), info)
+        if m == 1:
+            break
+        rows = torch.arange(1, m).reshape(*([1] * len(batch)), m - 1)
+        moved = (rows == p).unsqueeze(-1)  # row p takes row 0's place
+        rest = torch.where(moved, s[..., :1, :], s[..., 1:, :])
+        safe = torch.where(zero, torch.ones_like(piv), piv)
+        l_col = rest[..., :, 0] * (1 / safe).unsqueeze(-1)  # LAPACK scales by 1/pivot
+        s = rest[..., :, 1:] - l_col.unsqueeze(-1) * pivot_row[..., :, 1:]
+    return info
+
+
+def _embed(a: torch.Tensor) -> torch.Tensor:
+    re, im = a.real, a.imag
+    return torch.cat([torch.cat([re, -im], -1), torch.cat([im, re], -1)], -2)
+
+
+def _unembed(big: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    c, d = big[..., :rows, :cols], big[..., rows:, :cols]
+    return c + 1j * d
+
+
+def inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
+    """``linalg_inv_ex`` (module docs)."""
+    op = _aten.linalg_inv_ex.default
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    if a.numel() == 0:
+        return a.new_zeros(a.shape), torch.zeros(batch, dtype=torch.int32)
+    if a.is_complex():
+        big, _ = op(_embed(a), check_errors=False)
+        inv = _unembed(big, n, n)
+    else:
+        inv, _ = op(a, check_errors=False)
+    # torch solves A X = I; for a real (contiguous) A it factors A^T
+    # (linalg_solve_ex's use_A_T), so its info is the transpose's.
+    lu_of = a if a.is_complex() else a.mT
+    if n > LU_INFO_MAX_N:  # torch_xla has no LU: a named error where info is used
+        return inv, _aten.linalg_lu_factor_ex.default(lu_of)[2]
+    return inv, lu_info(lu_of)
+
+
+def pinv(a: torch.Tensor, *, atol: torch.Tensor | None = None,
+         rtol: torch.Tensor | None = None, hermitian: bool = False) -> torch.Tensor:
+    """``linalg_pinv.atol_rtol_tensor`` (module docs)."""
+    m, n = a.shape[-2], a.shape[-1]
+    if a.numel() == 0:
+        return a.new_zeros((*a.shape[:-2], n, m))
+    real_dtype = a.real.dtype if a.is_complex() else a.dtype
+    rtol_v: Any = rtol
+    if rtol is None:  # torch's default: eps * max(m, n), 0 where atol > 0
+        default = torch.finfo(real_dtype).eps * max(m, n)
+        rtol_v = default if atol is None else torch.where(
+            atol > 0, torch.zeros_like(atol), torch.full_like(atol, default))
+    if a.is_complex() and not hermitian:
+        big = _pinv_real(_embed(a), atol, rtol_v, hermitian)
+        return _unembed(big, n, m)
+    if a.is_complex():  # hermitian complex: the embedding is symmetric
+        big = _pinv_real(_embed(a), atol, rtol_v, True)
+        return _unembed(big, n, m)
+    return _pinv_real(a, atol, rtol_v, hermitian)
+
+
+def _pinv_real(a: torch.Tensor, atol: Any, rtol: Any, hermitian: bool) -> torch.Tensor:
+    x = _pinv_factored(a, atol, rtol, hermitian)
+    # One Newton-Schulz step, X <- 2X - X A X: XLA's Jacobi SVD/eigh leave
+    # the singular vectors about float32-accurate in float64; the step
+    # squares the error, and the truncated pseudo-inverse is its fixed
+    # point (A X = U_r U_r^H), so the cutoff is kept.
+    return 2 * x - x @ (a @ x)
+
+
+def _pinv_factored(a: torch.Tensor, atol: Any, rtol: Any, hermitian: bool) -> torch.Tensor:
+    if hermitian:
+        w, v = _aten.linalg_eigh.default(a, "L")
+        s = w.abs()
+        smax = s.amax(-1, keepdim=True)
+        tol = _tol(smax, atol, rtol)
+        sinv = torch.where(s > tol, 1 / w, torch.zeros_like(w))
+        return (v * sinv.unsqueeze(-2)) @ v.transpose(-2, -1)
+    k = min(a.shape[-2], a.shape[-1])
+    u, s, vh = _aten._linalg_svd.default(a, True, True)
+    u, vh = u[..., :, :k], vh[..., :k, :]
+    smax = s[..., :1]
+    tol = _tol(smax, atol, rtol)
+    sinv = torch.where(s > tol, 1 / s, torch.zeros_like(s))
+    return (vh.transpose(-2, -1) * sinv.unsqueeze(-2)) @ u.transpose(-2, -1)
+
+
+def _tol(smax: torch.Tensor, atol: Any, rtol: Any) -> torch.Tensor:
+    r = rtol.unsqueeze(-1) if isinstance(rtol, torch.Tensor) else rtol
+    tol = smax * r
+    if atol is not None:
+        tol = torch.maximum(tol, atol.unsqueeze(-1) if isinstance(atol, torch.Tensor) else
+                            torch.as_tensor(atol, dtype=smax.dtype))
+    return tol
