@@ -3,7 +3,9 @@
 //! the extension), `hlobridge-deploy` runs them, and `hb.serve.Client`
 //! encodes its gRPC messages with [`wire`].
 //!
-//! An artifact is a directory: the stitched StableHLO module(s), the
+//! An artifact is a directory: the stitched StableHLO module(s) (one per
+//! exported batch size; or ONE with `?` dims, refined per shape:
+//! [`dynamic`]), the
 //! weights as `safetensors` ([`safetensors`]), and `manifest.json`
 //! ([`manifest`]: named inputs and outputs, versions, batch dim, file
 //! sizes, the row-independence check, and a content hash over every
@@ -14,6 +16,7 @@
 //! No pyo3 and no PJRT calls here: element types come from `pjrt-client`'s
 //! [`pjrt_client::ElementType`] only.
 
+pub mod dynamic;
 pub mod error;
 pub mod manifest;
 pub mod reader;
@@ -22,5 +25,8 @@ pub mod wire;
 pub mod writer;
 
 pub use error::{ArtifactError, Result};
-pub use manifest::{Manifest, ModuleFile, Output, Param, FORMAT};
+pub use manifest::{
+    Dim, Dynamic, Manifest, ModuleFile, Output, Param, ShapeViolation, Symbol, FORMAT, FORMATS,
+    FORMAT_DYNAMIC,
+};
 pub use reader::{read_artifact, Verified};

@@ -7,13 +7,19 @@
 //! `hlobridge.export` writes it the same way (both hash bytes, so no JSON
 //! canonicalization is involved).
 
+pub use crate::dynamic::{Dim, Dynamic, ShapeViolation, Symbol, FORMAT_DYNAMIC};
 use crate::error::{ArtifactError, Result};
 use pjrt_client::ElementType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The format string this runtime reads.
+/// The format of a static artifact (one module per exported batch size).
+/// This runtime also reads [`FORMAT_DYNAMIC`]; the writer picks the one an
+/// artifact needs, so static artifacts stay readable by older runtimes.
 pub const FORMAT: &str = "hlobridge-artifact/1";
+
+/// Every format this runtime reads.
+pub const FORMATS: [&str; 2] = [FORMAT, FORMAT_DYNAMIC];
 
 /// The placeholder the hash is computed with.
 pub const ZERO_HASH: &str =
@@ -30,6 +36,10 @@ pub struct Param {
     pub shape: Vec<i64>,
     /// Bound from the weights file at load; not part of a request.
     pub weight: bool,
+    /// A dynamic artifact's dims (a size or a symbol per dim; `shape` is
+    /// then the example's): see [`crate::dynamic`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dims: Option<Vec<Dim>>,
 }
 
 /// One program result.
@@ -41,6 +51,9 @@ pub struct Output {
     pub dtype: String,
     /// Dims, for the first module.
     pub shape: Vec<i64>,
+    /// A dynamic artifact's dims (see [`Param::dims`]; informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dims: Option<Vec<Dim>>,
 }
 
 /// One compiled variant of the program.
@@ -95,6 +108,10 @@ pub struct Manifest {
     /// Why the exporter refused batching (with `rows_independent: false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batching_refused: Option<String>,
+    /// The symbolic dimensions of a dynamic artifact (format
+    /// [`FORMAT_DYNAMIC`]; see [`crate::dynamic`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<Dynamic>,
     /// `sha256:<hex>` (see the module docs).
     pub content_hash: String,
 }
@@ -104,9 +121,9 @@ impl Manifest {
     pub fn parse(text: &str) -> Result<Manifest> {
         let m: Manifest =
             serde_json::from_str(text).map_err(|e| ArtifactError::Manifest(e.to_string()))?;
-        if m.format != FORMAT {
+        if !FORMATS.contains(&m.format.as_str()) {
             return Err(ArtifactError::Version(format!(
-                "artifact format {:?}, this runtime reads {FORMAT:?}",
+                "artifact format {:?}, this runtime reads {FORMATS:?}",
                 m.format
             )));
         }
@@ -163,7 +180,11 @@ impl Manifest {
                 }
             }
         }
-        if m.batch_dim.is_some() && m.modules.iter().any(|f| f.batch.is_none_or(|b| b < 1)) {
+        m.check_dynamic()?;
+        if m.batch_dim.is_some()
+            && !m.is_dynamic()
+            && m.modules.iter().any(|f| f.batch.is_none_or(|b| b < 1))
+        {
             return Err(ArtifactError::Manifest(
                 "batch_dim is set but a module has no batch size".into(),
             ));
@@ -190,7 +211,16 @@ impl Manifest {
     /// else, when the rows may be padded ([`Manifest::batchable`]), the
     /// smallest exported size above it (rows padded with zeros, outputs
     /// sliced back). The error says why, for the caller to wrap.
+    ///
+    /// A dynamic artifact runs every size its batch symbol allows as it is,
+    /// and one below the symbol's `min` padded up to it (when batchable).
     pub fn bucket_for(&self, rows: i64) -> std::result::Result<i64, String> {
+        if self.is_dynamic() {
+            return match self.batch_symbol() {
+                Some(sym) => crate::dynamic::dynamic_bucket(self, sym, rows),
+                None => Err("this artifact has no batch dim".into()),
+            };
+        }
         let sizes = self.batch_sizes();
         let Some(&max) = sizes.last() else {
             return Err("this artifact has no batch dim".into());
@@ -279,6 +309,7 @@ mod bucket_tests {
             weights_size: None,
             rows_independent,
             batching_refused: None,
+            dynamic: None,
             content_hash: ZERO_HASH.into(),
         }
     }

@@ -5,7 +5,7 @@
 //! refuse (a parameter named twice, say) is never written.
 
 use crate::error::{ArtifactError, Result};
-use crate::manifest::{content_hash, Manifest, ZERO_HASH};
+use crate::manifest::{content_hash, Manifest, FORMAT, FORMAT_DYNAMIC, ZERO_HASH};
 use crate::safetensors;
 use pjrt_client::ElementType;
 use std::path::Path;
@@ -41,6 +41,13 @@ pub fn write_artifact_text(
     weights: &[(&str, ElementType, &[i64], &[u8])],
 ) -> Result<(String, String)> {
     let mut m = manifest.clone();
+    // The format the artifact needs: static ones stay readable by older runtimes.
+    m.format = if m.is_dynamic() {
+        FORMAT_DYNAMIC
+    } else {
+        FORMAT
+    }
+    .to_string();
     if modules.len() != m.modules.len()
         || modules
             .iter()
@@ -119,12 +126,14 @@ pub fn demo_artifact(dir: &Path, buckets: &[i64]) -> Result<String> {
                 dtype: "f32".into(),
                 shape: vec![3],
                 weight: true,
+                dims: None,
             },
             Param {
                 name: "x".into(),
                 dtype: "f32".into(),
                 shape: vec![b0, 3],
                 weight: false,
+                dims: None,
             },
         ],
         outputs: vec![
@@ -132,11 +141,13 @@ pub fn demo_artifact(dir: &Path, buckets: &[i64]) -> Result<String> {
                 name: "y".into(),
                 dtype: "f32".into(),
                 shape: vec![b0, 3],
+                dims: None,
             },
             Output {
                 name: "s".into(),
                 dtype: "f32".into(),
                 shape: vec![b0],
+                dims: None,
             },
         ],
         batch_dim: if buckets.is_empty() { None } else { Some(0) },
@@ -153,6 +164,7 @@ pub fn demo_artifact(dir: &Path, buckets: &[i64]) -> Result<String> {
         weights_size: None,
         rows_independent: Some(true),
         batching_refused: None,
+        dynamic: None,
         content_hash: String::new(),
     };
     let w: Vec<u8> = [1.0f32, 2.0, 3.0]
@@ -204,11 +216,13 @@ pub fn demo_row_sum_artifact(
             dtype: "f32".into(),
             shape: vec![buckets[0], 3],
             weight: false,
+            dims: None,
         }],
         outputs: vec![Output {
             name: "t".into(),
             dtype: "f32".into(),
             shape: vec![1, 3],
+            dims: None,
         }],
         batch_dim: Some(0),
         modules: texts
@@ -224,6 +238,7 @@ pub fn demo_row_sum_artifact(
         weights_size: None,
         rows_independent,
         batching_refused: None,
+        dynamic: None,
         content_hash: String::new(),
     };
     let mods: Vec<(&str, &str)> = texts
@@ -231,4 +246,99 @@ pub fn demo_row_sum_artifact(
         .map(|(f, t)| (f.as_str(), t.as_str()))
         .collect();
     write_artifact(dir, &m, &mods, &[])
+}
+
+/// The module of [`demo_dynamic_artifact`]: [`demo_module`] with the batch
+/// dim `?` (as `jax.export` writes it: the size read with
+/// `get_dimension_size`, a `dynamic_broadcast_in_dim`, and a shape
+/// assertion `batch >= 2`).
+pub const DEMO_DYNAMIC_MODULE: &str = r#"module @demo_dynamic {
+  func.func public @main(%w: tensor<3xf32>, %x: tensor<?x3xf32>) -> (tensor<?x3xf32>, tensor<?xf32>) {
+    %n = stablehlo.get_dimension_size %x, dim = 0 : (tensor<?x3xf32>) -> tensor<i32>
+    %two = stablehlo.constant dense<2> : tensor<i32>
+    %ok = stablehlo.compare GE, %n, %two, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.custom_call @shape_assertion(%ok, %n) {api_version = 2 : i32, error_message = "Input shapes do not match the polymorphic shapes specification. Expected value >= 2 for dimension variable 'batch'. Using the following polymorphic shapes specifications: args[1].shape = (batch, 3). Obtained dimension variables: 'batch' = {0} from specification 'batch' for dimension args[1].shape[0] (= {0}), .", has_side_effect = true} : (tensor<i1>, tensor<i32>) -> ()
+    %n1 = stablehlo.reshape %n : (tensor<i32>) -> tensor<1xi32>
+    %c3 = stablehlo.constant dense<3> : tensor<1xi32>
+    %shape = stablehlo.concatenate %n1, %c3, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %wb = stablehlo.dynamic_broadcast_in_dim %w, %shape, dims = [1] : (tensor<3xf32>, tensor<2xi32>) -> tensor<?x3xf32>
+    %y = stablehlo.multiply %x, %wb : tensor<?x3xf32>
+    %z = stablehlo.constant dense<0.0> : tensor<f32>
+    %s = stablehlo.reduce(%y init: %z) applies stablehlo.add across dimensions = [1] : (tensor<?x3xf32>, tensor<f32>) -> tensor<?xf32>
+    return %y, %s : tensor<?x3xf32>, tensor<?xf32>
+  }
+}
+"#;
+
+/// A dynamic artifact for tests and examples: [`demo_artifact`]'s program
+/// (`w = [1, 2, 3]`, `y = x * w`, `s = y.sum(1)`) as ONE module with the
+/// batch `?`: symbol `batch` with range `2..=max` (`None`: unbounded),
+/// batch dim 0, rows independent.
+pub fn demo_dynamic_artifact(dir: &Path, max: Option<i64>) -> Result<String> {
+    use crate::manifest::{Dim, Dynamic, ModuleFile, Output, Param, Symbol};
+    let b = || Dim::Symbol("batch".into());
+    let m = Manifest {
+        format: FORMAT_DYNAMIC.into(),
+        hlobridge_version: env!("CARGO_PKG_VERSION").into(),
+        producers: Default::default(),
+        kind: "stablehlo".into(),
+        params: vec![
+            Param {
+                name: "w".into(),
+                dtype: "f32".into(),
+                shape: vec![3],
+                weight: true,
+                dims: None,
+            },
+            Param {
+                name: "x".into(),
+                dtype: "f32".into(),
+                shape: vec![2, 3],
+                weight: false,
+                dims: Some(vec![b(), Dim::Fixed(3)]),
+            },
+        ],
+        outputs: vec![
+            Output {
+                name: "y".into(),
+                dtype: "f32".into(),
+                shape: vec![2, 3],
+                dims: Some(vec![b(), Dim::Fixed(3)]),
+            },
+            Output {
+                name: "s".into(),
+                dtype: "f32".into(),
+                shape: vec![2],
+                dims: Some(vec![b()]),
+            },
+        ],
+        batch_dim: Some(0),
+        modules: vec![ModuleFile {
+            file: "module.mlir".into(),
+            batch: None,
+            size: None,
+        }],
+        weights_file: "weights.safetensors".into(),
+        weights_size: None,
+        rows_independent: Some(true),
+        batching_refused: None,
+        dynamic: Some(Dynamic {
+            symbols: vec![Symbol {
+                name: "batch".into(),
+                min: 2,
+                max,
+            }],
+        }),
+        content_hash: String::new(),
+    };
+    let w: Vec<u8> = [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write_artifact(
+        dir,
+        &m,
+        &[("module.mlir", DEMO_DYNAMIC_MODULE)],
+        &[("w", ElementType::F32, &[3], &w)],
+    )
 }

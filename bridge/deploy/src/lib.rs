@@ -8,7 +8,9 @@
 //! (regular files only, sizes capped, the content hash checked over the
 //! bytes read), compiles each module variant through the compile service
 //! ([`hlobridge_compile`], as the Python runtime does) and binds the weights on the device once;
-//! [`Model::run`] executes named host tensors.
+//! [`Model::run`] executes named host tensors. A dynamic artifact (ONE
+//! module with `?` dims) is refined per request shape by the core's
+//! refinement pass and compiled once per shape ([`shapes`]).
 //!
 //! ```no_run
 //! use hlobridge_deploy::{Model, TensorRef};
@@ -22,6 +24,7 @@
 pub mod batching;
 pub mod error;
 pub mod model;
+pub mod shapes;
 #[cfg(feature = "tch")]
 pub mod tch_io;
 

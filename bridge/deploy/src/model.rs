@@ -6,10 +6,20 @@
 //! manifest, pads the batch to the smallest compiled bucket (only for an
 //! artifact whose rows the exporter found independent), executes, checks
 //! that every result carries the bucket's rows, and slices them back.
+//!
+//! A dynamic artifact (`hlobridge_artifact::dynamic`) has ONE module: load
+//! refines and compiles it for the example's shapes (so a module the
+//! refinement cannot serve fails at load), and each new request shape is
+//! refined and compiled once ([`crate::shapes::ShapeCache`]). Its inputs
+//! are checked against the manifest's symbols first
+//! ([`Manifest::check_shapes`]: [`DeployError::ShapeConstraint`] names the
+//! dimension and the constraint), and a batch runs at its exact size (or,
+//! below the batch symbol's `min`, padded up to it).
 
 use crate::batching::{concat_pad, slice_rows};
 use crate::error::{DeployError, Result};
 use crate::manifest::{element_type, Manifest};
+use crate::shapes::{ShapeCache, ShapeStats};
 use hlobridge_artifact::ArtifactError;
 use pjrt_client::{Buffer, Client, ClientOptions, ElementType, LoadedExecutable, Plugin};
 use std::path::{Path, PathBuf};
@@ -60,6 +70,10 @@ struct Variant {
     exe: LoadedExecutable,
 }
 
+/// The most rows `hlobridge serve --batching` merges into one execution of
+/// a dynamic artifact whose batch symbol has no `max`.
+pub const DYNAMIC_BATCH_CAP: i64 = 64;
+
 /// Request inputs checked against the manifest, in program order.
 #[derive(Debug)]
 pub struct Prepared<'a> {
@@ -75,6 +89,8 @@ pub struct Model {
     manifest_text: String,
     client: Client,
     variants: Vec<Variant>,
+    /// A dynamic artifact's module and its compiled shapes.
+    dynamic: Option<ShapeCache>,
     /// Per parameter: the bound weight buffer, or `None` for a request input.
     weights: Vec<Option<Buffer>>,
     dtypes: Vec<ElementType>,
@@ -129,7 +145,29 @@ impl Model {
             ));
         }
         let mut variants = Vec::new();
+        let dynamic = match (manifest.is_dynamic(), v.modules.first()) {
+            (true, Some((file, text))) => {
+                let cache = ShapeCache::new(file, text.clone(), manifest.outputs.len());
+                // The example's shapes, refined and compiled now: a module
+                // the refinement cannot serve fails here, not on a request.
+                let shapes: Vec<Vec<i64>> =
+                    manifest.params.iter().map(|p| p.shape.clone()).collect();
+                cache.get(&client, &shapes).map_err(|e| match e {
+                    DeployError::ShapeConstraint { message, .. } => {
+                        DeployError::Artifact(ArtifactError::Manifest(format!(
+                            "the example shapes violate the module's assertions: {message}"
+                        )))
+                    }
+                    e => e,
+                })?;
+                Some(cache)
+            }
+            _ => None,
+        };
         for (f, (_, text)) in manifest.modules.iter().zip(&v.modules) {
+            if dynamic.is_some() {
+                break;
+            }
             // The one compile service, with the policy the Python runtime
             // uses minus its memory cache: same options, host lowering,
             // disk cache and fallback, so the served program is the tested one.
@@ -163,6 +201,7 @@ impl Model {
             manifest_text: v.manifest_text,
             client,
             variants,
+            dynamic,
             weights,
             dtypes,
             out_dtypes,
@@ -193,13 +232,32 @@ impl Model {
             .map(|p| p.name.as_str())
     }
 
-    /// Compiled batch sizes, ascending (empty without a batch dim).
+    /// Whether this is a dynamic artifact (refined per shape).
+    pub fn is_dynamic(&self) -> bool {
+        self.dynamic.is_some()
+    }
+
+    /// A dynamic artifact's refinements and cache hits so far.
+    pub fn shape_stats(&self) -> Option<ShapeStats> {
+        self.dynamic.as_ref().map(|c| c.stats())
+    }
+
+    /// Compiled batch sizes, ascending (empty without a batch dim, and for
+    /// a dynamic artifact, which compiles each size on first use).
     pub fn batch_sizes(&self) -> Vec<i64> {
         self.variants.iter().filter_map(|v| v.batch).collect()
     }
 
-    /// The largest batch one execution takes (`None` without a batch dim).
+    /// The largest batch one execution takes (`None` without a batch dim);
+    /// for a dynamic artifact, its batch symbol's `max` or
+    /// [`DYNAMIC_BATCH_CAP`].
     pub fn max_batch(&self) -> Option<i64> {
+        if self.dynamic.is_some() {
+            return self
+                .manifest
+                .batch_symbol()
+                .map(|s| s.max.unwrap_or(DYNAMIC_BATCH_CAP.max(s.min)));
+        }
         self.manifest
             .batch_dim
             .and(self.variants.last().and_then(|v| v.batch))
@@ -230,6 +288,23 @@ impl Model {
                 )));
             }
         }
+        if self.dynamic.is_some() {
+            let shapes: Vec<(&str, &[i64])> = m
+                .params
+                .iter()
+                .zip(&ordered)
+                .filter_map(|(p, t)| t.as_ref().map(|t| (p.name.as_str(), t.shape)))
+                .collect();
+            m.check_shapes(&shapes)
+                .map_err(|v| DeployError::ShapeConstraint {
+                    dim: match v.dim {
+                        Some(d) => format!("input {} dim {d}", v.input),
+                        None => format!("input {}", v.input),
+                    },
+                    constraint: v.constraint.clone(),
+                    message: v.to_string(),
+                })?;
+        }
         let mut batch: Option<i64> = None;
         let mut out = Vec::with_capacity(expected.len());
         for (i, p) in m.params.iter().enumerate() {
@@ -244,7 +319,8 @@ impl Model {
                     p.name, p.dtype
                 )));
             }
-            let shape_ok = t.shape.len() == p.shape.len()
+            let shape_ok = self.dynamic.is_some() // checked above
+                || t.shape.len() == p.shape.len()
                 && t.shape
                     .iter()
                     .zip(&p.shape)
@@ -263,8 +339,13 @@ impl Model {
             }
             if let Some(bd) = m.batch_dim {
                 let b = t.shape[bd];
-                m.bucket_for(b).map_err(|e| {
-                    DeployError::BadInput(format!("input {} (dim {bd}): {e}", p.name))
+                m.bucket_for(b).map_err(|e| match m.batch_symbol() {
+                    Some(sym) if self.dynamic.is_some() => DeployError::ShapeConstraint {
+                        dim: format!("input {} dim {bd}", p.name),
+                        constraint: sym.constraint(),
+                        message: format!("input {} (dim {bd}): {e}", p.name),
+                    },
+                    _ => DeployError::BadInput(format!("input {} (dim {bd}): {e}", p.name)),
                 })?;
                 if batch.is_some_and(|x| x != b) {
                     return Err(DeployError::BadInput(
@@ -309,8 +390,18 @@ impl Model {
                     "a model without a batch dim runs one request at a time".into(),
                 ));
             }
+            let exe = match &self.dynamic {
+                Some(_) => self.program_for(
+                    &reqs[0]
+                        .inputs
+                        .iter()
+                        .map(|t| t.shape.to_vec())
+                        .collect::<Vec<_>>(),
+                )?,
+                None => self.variants[0].exe.clone(),
+            };
             let outs = self.execute(
-                &self.variants[0],
+                &exe,
                 &reqs[0]
                     .inputs
                     .iter()
@@ -325,21 +416,46 @@ impl Model {
                     .into(),
             ));
         }
+        if self.dynamic.is_some() && reqs.len() > 1 {
+            // Requests whose other dims differ (another `seq`) cannot share
+            // one execution: each runs at its own shape.
+            let off_batch = |r: &Prepared<'_>| -> Vec<Vec<i64>> {
+                r.inputs
+                    .iter()
+                    .map(|t| {
+                        let mut s = t.shape.to_vec();
+                        s[bd] = 0;
+                        s
+                    })
+                    .collect()
+            };
+            let first = off_batch(&reqs[0]);
+            if reqs[1..].iter().any(|r| off_batch(r) != first) {
+                let mut out = Vec::with_capacity(reqs.len());
+                for r in reqs {
+                    let one = Prepared {
+                        inputs: r.inputs.clone(),
+                        batch: r.batch,
+                    };
+                    out.extend(self.run_batch(std::slice::from_ref(&one))?);
+                }
+                return Ok(out);
+            }
+        }
         let total: i64 = reqs.iter().map(|r| r.batch.unwrap_or(0)).sum();
         let bucket = m
             .bucket_for(total)
             .map_err(|e| DeployError::BadInput(format!("a batch of {total} rows: {e}")))?;
-        let v = self
-            .variants
-            .iter()
-            .find(|v| v.batch == Some(bucket))
-            .ok_or_else(|| DeployError::BadInput(format!("no module for batch {bucket}")))?;
         let in_params: Vec<usize> = (0..m.params.len())
             .filter(|&i| !m.params[i].weight)
             .collect();
         let mut args: Vec<(Vec<u8>, Vec<i64>)> = Vec::with_capacity(in_params.len());
         for (k, &pi) in in_params.iter().enumerate() {
-            let mut shape = m.params[pi].shape.clone();
+            let mut shape = match &self.dynamic {
+                // The request's own dims (all requests agree off the batch dim).
+                Some(_) => reqs[0].inputs[k].shape.to_vec(),
+                None => m.params[pi].shape.clone(),
+            };
             let parts: Vec<(&[u8], i64)> = reqs
                 .iter()
                 .map(|r| (r.inputs[k].data, r.batch.unwrap_or(0)))
@@ -353,8 +469,20 @@ impl Model {
             shape[bd] = bucket;
             args.push((data, shape));
         }
+        let exe = match &self.dynamic {
+            Some(_) => {
+                self.program_for(&args.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>())?
+            }
+            None => self
+                .variants
+                .iter()
+                .find(|v| v.batch == Some(bucket))
+                .ok_or_else(|| DeployError::BadInput(format!("no module for batch {bucket}")))?
+                .exe
+                .clone(),
+        };
         let outs = self.execute(
-            v,
+            &exe,
             &args
                 .iter()
                 .map(|(d, s)| (&d[..], s.clone()))
@@ -393,7 +521,30 @@ impl Model {
         Ok(per_req)
     }
 
-    fn execute(&self, v: &Variant, inputs: &[(&[u8], Vec<i64>)]) -> Result<Vec<Tensor>> {
+    /// A dynamic artifact's program for these request input shapes (in
+    /// input order); weights keep the manifest's shapes.
+    fn program_for(&self, input_shapes: &[Vec<i64>]) -> Result<LoadedExecutable> {
+        let cache = self
+            .dynamic
+            .as_ref()
+            .ok_or_else(|| DeployError::Execution("not a dynamic artifact".into()))?;
+        let mut it = input_shapes.iter();
+        let mut shapes = Vec::with_capacity(self.manifest.params.len());
+        for p in &self.manifest.params {
+            if p.weight {
+                shapes.push(p.shape.clone());
+            } else {
+                shapes.push(
+                    it.next()
+                        .ok_or_else(|| DeployError::BadInput("too few inputs".into()))?
+                        .clone(),
+                );
+            }
+        }
+        cache.get(&self.client, &shapes)
+    }
+
+    fn execute(&self, exe: &LoadedExecutable, inputs: &[(&[u8], Vec<i64>)]) -> Result<Vec<Tensor>> {
         let m = &self.manifest;
         let mut owned: Vec<Buffer> = Vec::with_capacity(inputs.len());
         let mut it = inputs.iter();
@@ -420,7 +571,7 @@ impl Model {
                 ),
             }
         }
-        let outs = v.exe.execute(&args)?;
+        let outs = exe.execute(&args)?;
         if outs.len() != self.out_dtypes.len() {
             return Err(DeployError::Execution(format!(
                 "the program returned {} results, the manifest lists {}",

@@ -144,12 +144,14 @@ impl Predictor for PredictorService {
     }
 }
 
-/// The status of a failed request: the caller's fault is
+/// The status of a failed request: the caller's fault (a bad input, or a
+/// shape that breaks a dynamic artifact's constraints) is
 /// `INVALID_ARGUMENT` (its message names only the model's own inputs);
 /// anything else is `INTERNAL`, with the details only in the server log.
 fn status_of(e: DeployError) -> Status {
     match e {
         DeployError::BadInput(m) => Status::invalid_argument(m),
+        e @ DeployError::ShapeConstraint { .. } => Status::invalid_argument(e.to_string()),
         other => {
             tracing::debug!(error = %other, "request failed");
             Status::internal("execution failed (see the server log)")

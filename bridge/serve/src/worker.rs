@@ -157,6 +157,15 @@ fn run_jobs(model: &Model, jobs: Vec<Job>) {
                 let queue_time = started.saturating_duration_since(j.submitted);
                 let outputs = Err(match &e {
                     DeployError::BadInput(m) => DeployError::BadInput(m.clone()),
+                    DeployError::ShapeConstraint {
+                        dim,
+                        constraint,
+                        message,
+                    } => DeployError::ShapeConstraint {
+                        dim: dim.clone(),
+                        constraint: constraint.clone(),
+                        message: message.clone(),
+                    },
                     _ => DeployError::Execution(msg.clone()),
                 });
                 let _ = j.reply.send(Reply {

@@ -1,0 +1,129 @@
+//! `hlobridge serve` on a dynamic artifact (ONE module with a `?` batch):
+//! requests of several batch sizes, with and without batching across
+//! requests, each checked against host arithmetic; a batch outside the
+//! batch symbol's range and a wrong fixed dim are `INVALID_ARGUMENT` naming
+//! the dimension and the constraint, and the server keeps serving.
+
+use hlobridge_deploy::writer::demo_dynamic_artifact;
+use hlobridge_deploy::Model;
+use hlobridge_serve::pb::{NamedTensor, PredictRequest, Tensor};
+use hlobridge_serve::ServeConfig;
+use tonic::Code;
+
+mod common;
+use common::{client, start_model};
+
+fn x(rows: i64, seed: f32) -> (Vec<f32>, Tensor) {
+    let v: Vec<f32> = (0..rows * 3)
+        .map(|i| (i as f32 * 0.37 + seed).sin())
+        .collect();
+    let t = Tensor {
+        dtype: "f32".into(),
+        shape: vec![rows, 3],
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    (v, t)
+}
+
+fn req(t: Tensor) -> PredictRequest {
+    PredictRequest {
+        inputs: vec![NamedTensor {
+            name: "x".into(),
+            tensor: Some(t),
+        }],
+    }
+}
+
+/// `y = x * [1, 2, 3]` (tolerance 1e-6), `s = y.sum(1)` (1e-5).
+fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
+    let get = |n: &str| {
+        out.outputs
+            .iter()
+            .find(|o| o.name == n)
+            .and_then(|o| o.tensor.clone())
+            .unwrap()
+    };
+    let (y, s) = (get("y"), get("s"));
+    assert_eq!(y.shape, vec![rows, 3]);
+    assert_eq!(s.shape, vec![rows]);
+    let f = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let (yv, sv) = (f(&y.data), f(&s.data));
+    for r in 0..rows as usize {
+        let mut sum = 0.0;
+        for c in 0..3 {
+            let want = xv[r * 3 + c] * (c as f32 + 1.0);
+            assert!((yv[r * 3 + c] - want).abs() <= 1e-6);
+            sum += want;
+        }
+        assert!((sv[r] - sum).abs() <= 1e-5);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_a_dynamic_artifact_at_several_batch_sizes() {
+    let dir = common::tmp("serve-dyn", "sizes");
+    demo_dynamic_artifact(&dir, Some(16)).unwrap();
+    let model = Model::load(&dir).unwrap();
+    let mut srv = start_model(model, ServeConfig::default()).await;
+    let mut c = client(&srv.url()).await;
+    for rows in [1, 2, 5, 11, 16, 5] {
+        let (xv, t) = x(rows, rows as f32);
+        let out = c.predict(req(t)).await.unwrap().into_inner();
+        check(&xv, &out, rows);
+    }
+    let (_, t) = x(17, 0.0);
+    let e = c.predict(req(t)).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("input x dim 0") && e.message().contains("2 <= batch <= 16"),
+        "{}",
+        e.message()
+    );
+    let (_, t) = x(2, 0.0);
+    let e = c
+        .predict(req(Tensor {
+            shape: vec![3, 2],
+            ..t
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("input x dim 1"), "{}", e.message());
+    // Still serving.
+    let (xv, t) = x(3, 9.0);
+    check(&xv, &c.predict(req(t)).await.unwrap().into_inner(), 3);
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_merges_requests_into_exact_batches() {
+    let dir = common::tmp("serve-dyn", "batch");
+    demo_dynamic_artifact(&dir, None).unwrap();
+    let cfg = ServeConfig {
+        batching: true,
+        max_delay: std::time::Duration::from_millis(20),
+        ..ServeConfig::default()
+    };
+    let mut srv = start_model(Model::load(&dir).unwrap(), cfg).await;
+    let c = client(&srv.url()).await;
+    let mut tasks = Vec::new();
+    for k in 0..24 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let rows = 1 + k % 4;
+            let (xv, t) = x(rows, k as f32 * 0.1);
+            let out = c.predict(req(t)).await.unwrap().into_inner();
+            check(&xv, &out, rows);
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    srv.stop.take().unwrap().send(()).unwrap();
+    srv.done.await.unwrap().unwrap();
+}
