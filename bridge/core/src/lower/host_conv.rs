@@ -26,10 +26,11 @@
 //! multiply-adds stay with XLA, and so do ungrouped ones with at least
 //! [`HostConvPolicy::xla_from_work`] (XLA's own convolution is faster there).
 //!
-//! With [`HostConvPolicy::onednn`] set, forward-form f32 convolutions go to
-//! oneDNN instead, through the CPU plugin's own oneDNN convolution thunk
-//! (custom call target [`ONEDNN_TARGET`], its `OneDnnConvolutionConfig` as
-//! the JSON backend config; [`onednn`](self::onednn) says which and why).
+//! With [`HostConvPolicy::onednn`] set, forward-form f32 convolutions (and
+//! a few backward forms) go to oneDNN instead, through the CPU plugin's own
+//! oneDNN convolution thunk (custom call target [`ONEDNN_TARGET`], its
+//! `OneDnnConvolutionConfig` as the JSON backend config;
+//! [`onednn`](self::onednn) says which and why).
 
 use crate::dialects::common::{get_bool_array, get_i64_array};
 use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
@@ -38,7 +39,7 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 4;
+pub const REWRITE_VERSION: u32 = 5;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
@@ -106,7 +107,7 @@ pub struct HostConvReport {
 /// the oneDNN call's JSON backend config.
 enum Conv {
     Host(Vec<i64>),
-    OneDnn(String),
+    OneDnn(onednn::Call),
 }
 
 /// Rewrites every convolution `policy` admits (see module docs).
@@ -147,8 +148,8 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
     for (op, c) in plan {
         match c {
             Conv::Host(config) => apply(m, op, config, &names),
-            Conv::OneDnn(json) => {
-                onednn::apply(m, op, &json);
+            Conv::OneDnn(call) => {
+                onednn::apply(m, op, call);
                 report.onednn += 1;
             }
         }
@@ -352,10 +353,13 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
             f32: lk == FloatKind::F32,
             groups,
             batch_groups,
+            batch: n,
             kernel_in: ki,
             lhs: &l,
             rhs: &r,
             out: &y,
+            lhs_spatial: &(0..nsp).map(|i| ld[l[2 + i]]).collect::<Vec<_>>(),
+            out_dims: od,
             window: &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
             out_spatial: &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
             stride: &stride,
@@ -364,8 +368,8 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
             rhs_dilation: &rhs_dil,
             reversed: rev.iter().any(|&v| v != 0),
         };
-        if let Some(json) = form.config() {
-            return Some(Conv::OneDnn(json));
+        if let Some(call) = form.route() {
+            return Some(Conv::OneDnn(call));
         }
     }
     if groups == 1 && batch_groups == 1 && policy.xla_from_work.is_some_and(|w| work >= w) {

@@ -16,22 +16,48 @@
 //! The config names each operand's batch / feature / spatial dimensions
 //! (any permutation; the thunk permutes oneDNN's memory descriptors, no
 //! data is moved), the padding, strides, window dilations (stored plus one,
-//! as the thunk reads them) and the feature group count.
+//! as the thunk reads them) and the feature group count. The thunk's
+//! config fields are unsigned: padding must be ≥ 0.
 //!
-//! Taken: f32; batch group count 1; no lhs dilation and no window reversal
-//! (oneDNN's forward convolution has neither); padding ≥ 0; a window no
-//! larger than the result in every spatial dimension (the forward form:
-//! this leaves out the weight gradient, whose window is the output
-//! gradient's whole map); and not depthwise (one input feature per group:
-//! the host kernel's vectorised depthwise loop measured faster on most
-//! shapes). Everything else keeps the host kernel or XLA.
+//! Taken ([`Form::route`]), all f32 with batch group count 1, chosen by
+//! measurement (`benches/conv_bench.py --grad`, docs/host_conv.md):
+//!
+//! - **forward form** (no lhs dilation, no window reversal, padding ≥ 0, a
+//!   window no larger than the result): forward convolutions and stride-1
+//!   input gradients, grouped ones too; depthwise ones (one input feature
+//!   per group) only from a 7×7 window (ConvNeXt): below that the host
+//!   kernel's vectorised depthwise loop measured faster;
+//! - **weight gradients** (the same form with a window larger than the
+//!   result: the output gradient's whole map) only with at most 4 input
+//!   channels (the convolution's batch here) and window dilation (the
+//!   forward stride) ≤ 2: the stems (7×7/2 and 3×3/2 on RGB), where XLA
+//!   and the host kernel are slowest; at other shapes oneDNN's forward
+//!   convolution over a map-sized window was no faster than XLA's;
+//! - **spread 1×1** (a 1×1 window with lhs dilation and stride 1: the
+//!   input gradient of a strided 1×1 convolution, ResNet's downsample):
+//!   the call runs the 1×1 convolution on the undilated operand and a
+//!   `stablehlo.pad` (interior padding = dilation − 1, edges = the
+//!   convolution's padding, negative too) spreads its result; 2.5–3×
+//!   faster than XLA's lhs-dilated convolution. Larger strided input
+//!   gradients (lhs dilation with a 3×3 window) keep XLA: dilating the
+//!   operand first and running oneDNN measured slower from 28² maps down.
+//!
+//! Everything else keeps the host kernel or XLA.
 
-use crate::ir::{Attribute, NamedAttr, OpId};
+use crate::dialects::common::i64_array;
+use crate::ir::{Attribute, NamedAttr, OpId, Type};
 use crate::Module;
 use smallvec::SmallVec;
 
 /// The custom-call target of the plugin's oneDNN convolution thunk.
 pub const ONEDNN_TARGET: &str = "__onednn$convolution";
+
+/// Smallest depthwise window (taps) sent to oneDNN.
+const DEPTHWISE_MIN_TAPS: i64 = 49;
+/// Most input channels of a weight gradient sent to oneDNN.
+const WEIGHT_GRAD_MAX_CHANNELS: i64 = 4;
+/// Largest window dilation (forward stride) of such a weight gradient.
+const WEIGHT_GRAD_MAX_DILATION: i64 = 2;
 
 /// What the classifier knows of one convolution (dimension indices as in
 /// `read_conv_dims`: `[batch|in, feature|out, spatial...]`).
@@ -39,11 +65,17 @@ pub(super) struct Form<'a> {
     pub f32: bool,
     pub groups: i64,
     pub batch_groups: i64,
+    /// Size of the lhs batch dimension.
+    pub batch: i64,
     /// Kernel input features per group.
     pub kernel_in: i64,
     pub lhs: &'a [usize],
     pub rhs: &'a [usize],
     pub out: &'a [usize],
+    /// Lhs spatial sizes.
+    pub lhs_spatial: &'a [i64],
+    /// Result dimension sizes (in the result's own order).
+    pub out_dims: &'a [i64],
     /// Kernel spatial sizes.
     pub window: &'a [i64],
     /// Result spatial sizes.
@@ -56,28 +88,94 @@ pub(super) struct Form<'a> {
     pub reversed: bool,
 }
 
+/// How oneDNN runs one convolution.
+pub(super) enum Call {
+    /// The convolution becomes the call (its JSON backend config).
+    Direct(String),
+    /// Spread 1×1 (module docs): the call, of result dims `inner`, then a
+    /// pad with these edge and interior paddings (per result dimension).
+    Spread {
+        json: String,
+        inner: Vec<i64>,
+        low: Vec<i64>,
+        high: Vec<i64>,
+        interior: Vec<i64>,
+    },
+}
+
 impl Form<'_> {
-    /// The JSON backend config if oneDNN takes this convolution (module docs).
-    pub fn config(&self) -> Option<String> {
+    /// How oneDNN takes this convolution, if it does (module docs).
+    pub fn route(&self) -> Option<Call> {
         let nsp = self.window.len();
+        if !self.f32 || self.batch_groups != 1 || !(1..=3).contains(&nsp) {
+            return None;
+        }
+        if self.lhs_dilation.iter().any(|&d| d != 1) {
+            return self.spread();
+        }
         let depthwise = self.groups > 1 && self.kernel_in == 1;
-        if !self.f32
-            || self.batch_groups != 1
-            || depthwise
-            || self.reversed
-            || !(1..=3).contains(&nsp)
-            || self.lhs_dilation.iter().any(|&d| d != 1)
+        let taps: i64 = self.window.iter().product();
+        let weight_grad = self.window.iter().zip(self.out_spatial).any(|(w, o)| w > o);
+        if self.reversed
             || self.pad.iter().any(|&p| p < 0)
-            || self.window.iter().zip(self.out_spatial).any(|(w, o)| w > o)
+            || (depthwise && taps < DEPTHWISE_MIN_TAPS)
+            || (weight_grad
+                && (self.groups != 1
+                    || self.batch > WEIGHT_GRAD_MAX_CHANNELS
+                    || self
+                        .rhs_dilation
+                        .iter()
+                        .any(|&d| d > WEIGHT_GRAD_MAX_DILATION)))
         {
             return None;
         }
-        let list = |v: &mut dyn Iterator<Item = i64>| -> String {
-            let items: Vec<String> = v.map(|x| x.to_string()).collect();
+        let lo: Vec<i64> = (0..nsp).map(|i| self.pad[2 * i]).collect();
+        let hi: Vec<i64> = (0..nsp).map(|i| self.pad[2 * i + 1]).collect();
+        Some(Call::Direct(self.json(
+            self.window,
+            &lo,
+            &hi,
+            self.stride,
+            self.rhs_dilation,
+        )))
+    }
+
+    /// Spread 1×1: a 1×1 window, stride 1, lhs dilation (module docs).
+    fn spread(&self) -> Option<Call> {
+        let nsp = self.window.len();
+        if self.window.iter().any(|&w| w != 1) || self.stride.iter().any(|&s| s != 1) {
+            return None;
+        }
+        let ones = vec![1; nsp];
+        let zeros = vec![0; nsp];
+        let json = self.json(&ones, &zeros, &zeros, &ones, &ones);
+        let rank = nsp + 2;
+        let mut inner = self.out_dims.to_vec();
+        let (mut low, mut high, mut interior) = (vec![0; rank], vec![0; rank], vec![0; rank]);
+        for i in 0..nsp {
+            let d = self.out[2 + i];
+            inner[d] = self.lhs_spatial[i];
+            low[d] = self.pad[2 * i];
+            high[d] = self.pad[2 * i + 1];
+            interior[d] = self.lhs_dilation[i] - 1;
+        }
+        Some(Call::Spread {
+            json,
+            inner,
+            low,
+            high,
+            interior,
+        })
+    }
+
+    /// The JSON backend config with this window.
+    fn json(&self, size: &[i64], lo: &[i64], hi: &[i64], stride: &[i64], dil: &[i64]) -> String {
+        let list = |v: &[i64]| -> String {
+            let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
             format!("[{}]", items.join(", "))
         };
-        let spatial = |d: &[usize]| list(&mut d[2..].iter().map(|&i| i as i64));
-        let rank = nsp + 2;
+        let spatial = |d: &[usize]| list(&d[2..].iter().map(|&i| i as i64).collect::<Vec<_>>());
+        let rank = size.len() + 2;
         let data = |d: &[usize]| {
             format!(
                 r#"{{"dims": {rank}, "data": {{"batch_dim": {}, "feature_dim": {}, "spatial_dims": {}}}}}"#,
@@ -92,27 +190,27 @@ impl Form<'_> {
             self.rhs[1],
             spatial(self.rhs)
         );
+        // Window dilations as XLA counts them (1: none); the thunk
+        // subtracts one (oneDNN counts dilation from 0).
         let window = format!(
             r#"{{"size": {}, "pad_left": {}, "pad_right": {}, "strides": {}, "window_dilations": {}}}"#,
-            list(&mut self.window.iter().copied()),
-            list(&mut (0..nsp).map(|i| self.pad[2 * i])),
-            list(&mut (0..nsp).map(|i| self.pad[2 * i + 1])),
-            list(&mut self.stride.iter().copied()),
-            // The thunk subtracts one (oneDNN counts dilation from 0).
-            list(&mut self.rhs_dilation.iter().copied()),
+            list(size),
+            list(lo),
+            list(hi),
+            list(stride),
+            list(dil),
         );
-        Some(format!(
+        format!(
             r#"{{"onednn_conv_config": {{"dims": {rank}, "input": {}, "kernel": {kernel}, "output": {}, "window": {window}, "feature_groups": {}}}}}"#,
             data(self.lhs),
             data(self.out),
             self.groups
-        ))
+        )
     }
 }
 
-/// Rewrites convolution `op` into the oneDNN call with backend config
-/// `json` (operands, result, location and other attributes kept).
-pub(super) fn apply(m: &mut Module, op: OpId, json: &str) {
+/// The custom call's properties for backend config `json`.
+fn call_props(m: &mut Module, json: &str) -> SmallVec<[NamedAttr; 4]> {
     let i32t = m.int_type(32);
     let props = [
         (
@@ -138,20 +236,109 @@ pub(super) fn apply(m: &mut Module, op: OpId, json: &str) {
             },
         ),
     ];
-    let props: SmallVec<[NamedAttr; 4]> = props
+    props
         .into_iter()
         .map(|(name, value)| NamedAttr {
             name: m.sym(name),
             value: m.add_attr(value),
         })
-        .collect();
+        .collect()
+}
+
+/// The convolution's own attributes, dropped from what replaces it.
+fn drop_conv_attrs(m: &mut Module, op: OpId) {
     let drop: Vec<crate::intern::Sym> = super::CONV_ATTRS
         .iter()
         .filter_map(|n| m.strings.get(n))
         .collect();
-    let name = m.sym("stablehlo.custom_call");
+    m.op_mut(op).attrs.retain(|a| !drop.contains(&a.name));
+}
+
+/// Rewrites convolution `op` as `call` (operands, result, location and
+/// other attributes kept).
+pub(super) fn apply(m: &mut Module, op: OpId, call: Call) {
+    match call {
+        Call::Direct(json) => {
+            let props = call_props(m, &json);
+            let name = m.sym("stablehlo.custom_call");
+            let o = m.op_mut(op);
+            o.name = name;
+            o.props = props.into_iter().collect();
+            drop_conv_attrs(m, op);
+        }
+        Call::Spread {
+            json,
+            inner,
+            low,
+            high,
+            interior,
+        } => spread(m, op, &json, &inner, [low, high, interior]),
+    }
+}
+
+/// Spread 1×1: `%c = custom_call(lhs, rhs)`, a zero scalar, and `op`
+/// itself turned into `stablehlo.pad %c, %zero` with `[low, high, interior]`.
+fn spread(m: &mut Module, op: OpId, json: &str, inner: &[i64], pads: [Vec<i64>; 3]) {
+    let block = m.op(op).parent.expect("classified ops are placed");
+    let loc = m.op(op).loc;
+    let Type::Tensor { elem, .. } = m.ty(m.value_type(m.op(op).results[0])).clone() else {
+        unreachable!("classified convolutions have ranked tensor results")
+    };
+    let scalar = m.intern_type(Type::Tensor {
+        dims: SmallVec::new(),
+        elem,
+        encoding: None,
+    });
+    let inner_ty = m.intern_type(Type::Tensor {
+        dims: SmallVec::from_slice(inner),
+        elem,
+        encoding: None,
+    });
+    let zero_value = m.add_attr(Attribute::Dense {
+        body: "0.000000e+00".into(),
+        ty: scalar,
+    });
+    let zero = m.add_op_named("stablehlo.constant");
+    let value = m.sym("value");
+    m.op_mut(zero).props = SmallVec::from_slice(&[NamedAttr {
+        name: value,
+        value: zero_value,
+    }]);
+    let zero_v = m.add_result(zero, scalar, None);
+    let call = m.add_op_named("stablehlo.custom_call");
+    let props = call_props(m, json);
+    let operands = m.op(op).operands.clone();
+    m.op_mut(call).operands = operands;
+    m.op_mut(call).props = props.into_iter().collect();
+    let call_v = m.add_result(call, inner_ty, None);
+    let pos = m.blocks[block.index()]
+        .ops
+        .iter()
+        .position(|&x| x == op)
+        .expect("op in its block");
+    for (i, k) in [zero, call].into_iter().enumerate() {
+        m.op_mut(k).loc = loc;
+        m.op_mut(k).parent = Some(block);
+        m.blocks[block.index()].ops.insert(pos + i, k);
+    }
+    // MLIR's (alphabetical) property order, as the parser stores them.
+    let [low, high, interior] = pads;
+    let mut props: SmallVec<[NamedAttr; 2]> = SmallVec::new();
+    for (name, v) in [
+        ("edge_padding_high", high),
+        ("edge_padding_low", low),
+        ("interior_padding", interior),
+    ] {
+        let a = i64_array(m, v);
+        props.push(NamedAttr {
+            name: m.sym(name),
+            value: m.add_attr(a),
+        });
+    }
+    let pad = m.sym("stablehlo.pad");
     let o = m.op_mut(op);
-    o.name = name;
-    o.props = props.into_iter().collect();
-    o.attrs.retain(|a| !drop.contains(&a.name));
+    o.name = pad;
+    o.operands = SmallVec::from_slice(&[call_v, zero_v]);
+    o.props = props;
+    drop_conv_attrs(m, op);
 }

@@ -280,12 +280,13 @@ fn large_ungrouped_convolutions_stay_with_xla_and_depthwise_ones_do_not() {
     assert_eq!(all.rewritten, 2, "HostConvPolicy::all() takes every size");
 }
 
-/// The oneDNN route: the ResNet block's forward convolution becomes a
+/// The oneDNN route on the ResNet block: the forward convolution becomes a
 /// `__onednn$convolution` call (its config names NCHW / OIHW, the padding,
-/// stride and dilation + 1); the input gradient (lhs dilation) and the
-/// weight gradient (a window as large as the map) keep the host kernel.
+/// stride and dilation); the 3×3 input gradient (lhs dilation) and the
+/// weight gradient (64 input channels, a window as large as the map) keep
+/// the host kernel.
 #[test]
-fn onednn_takes_the_forward_convolution_only() {
+fn onednn_takes_the_forward_convolution_of_the_block() {
     let mut m = parse_module(RESNET).expect("parse");
     let policy = HostConvPolicy::default().with_onednn(true);
     let r = rewrite_host_conv(&mut m, &policy);
@@ -303,6 +304,90 @@ fn onednn_takes_the_forward_convolution_only() {
     assert_eq!(out.matches("@hlobridge_conv(").count(), 2, "{out}");
     let want = r#"{\"onednn_conv_config\": {\"dims\": 4, \"input\": {\"dims\": 4, \"data\": {\"batch_dim\": 0, \"feature_dim\": 1, \"spatial_dims\": [2, 3]}}, \"kernel\": {\"dims\": 4, \"filter\": {\"input_feature_dim\": 1, \"output_feature_dim\": 0, \"spatial_dims\": [2, 3]}}, \"output\": {\"dims\": 4, \"data\": {\"batch_dim\": 0, \"feature_dim\": 1, \"spatial_dims\": [2, 3]}}, \"window\": {\"size\": [3, 3], \"pad_left\": [1, 1], \"pad_right\": [1, 1], \"strides\": [2, 2], \"window_dilations\": [1, 1]}, \"feature_groups\": 1}}"#;
     assert!(out.contains(want), "{out}");
+}
+
+/// A 7×7/2 stem on RGB (its weight gradient: 3 input channels, window
+/// dilation 2, `[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]`) and a strided
+/// 1×1's input gradient (lhs dilation 2, padding [0, 1]): both oneDNN, the
+/// latter as the 1×1 call on the undilated operand and a pad spreading it.
+const STEM_AND_SPREAD: &str = r#"func.func public @main(%x: tensor<2x3x32x32xf32>, %dy: tensor<2x64x16x16xf32>, %g: tensor<2x32x8x8xf32>, %w: tensor<1x1x16x32xf32>) -> (tensor<7x7x3x64xf32>, tensor<2x16x16x16xf32>) {
+  %0 = stablehlo.convolution(%x, %dy) dim_numbers = [f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f], window = {stride = [1, 1], pad = [[3, 2], [3, 2]], lhs_dilate = [1, 1], rhs_dilate = [2, 2], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x3x32x32xf32>, tensor<2x64x16x16xf32>) -> tensor<7x7x3x64xf32>
+  %1 = stablehlo.convolution(%g, %w) dim_numbers = [b, f, 0, 1]x[0, 1, o, i]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[0, 1], [0, 1]], lhs_dilate = [2, 2], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x32x8x8xf32>, tensor<1x1x16x32xf32>) -> tensor<2x16x16x16xf32>
+  return %0, %1 : tensor<7x7x3x64xf32>, tensor<2x16x16x16xf32>
+}"#;
+
+#[test]
+fn onednn_takes_stem_weight_gradients_and_spreads_strided_1x1_input_gradients() {
+    let mut m = parse_module(STEM_AND_SPREAD).expect("parse");
+    let policy = HostConvPolicy::default().with_onednn(true);
+    let r = rewrite_host_conv(&mut m, &policy);
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    assert_eq!(
+        r,
+        HostConvReport {
+            rewritten: 2,
+            onednn: 2,
+            convolutions: 2
+        }
+    );
+    assert!(!out.contains("stablehlo.convolution"), "{out}");
+    assert!(
+        out.contains("low = [0, 0, 0, 0], high = [0, 0, 1, 1], interior = [0, 0, 1, 1]"),
+        "{out}"
+    );
+    assert!(out.contains("-> tensor<2x16x8x8xf32>"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+/// Which backward and depthwise forms oneDNN leaves: a weight gradient
+/// with many input channels or window dilation 4, a 3×3 input gradient
+/// with lhs dilation, a depthwise 3×3 (a depthwise 7×7 is taken).
+#[test]
+fn onednn_leaves_wide_weight_gradients_and_small_depthwise() {
+    let policy = HostConvPolicy::default().with_onednn(true);
+    let route = |text: &str| {
+        let mut m = parse_module(text).expect("parse");
+        rewrite_host_conv(&mut m, &policy).onednn
+    };
+    let wgrad = |c: i64, s: i64, k: i64| {
+        let o = 32 / s;
+        one(
+            &format!("tensor<2x{c}x32x32xf32>"),
+            &format!("tensor<2x16x{o}x{o}xf32>"),
+            &format!("tensor<{k}x{k}x{c}x16xf32>"),
+            "[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]",
+            &format!(
+                "stride = [1, 1], pad = [[0, {hi}], [0, {hi}]], rhs_dilate = [{s}, {s}]",
+                hi = k - 32 + (o - 1) * s
+            ),
+            "",
+        )
+    };
+    assert_eq!(route(&wgrad(3, 2, 3)), 1);
+    assert_eq!(route(&wgrad(8, 2, 3)), 0);
+    assert_eq!(route(&wgrad(3, 4, 4)), 0);
+    let igrad = one(
+        "tensor<2x32x8x8xf32>",
+        "tensor<3x3x16x32xf32>",
+        "tensor<2x16x16x16xf32>",
+        "[b, f, 0, 1]x[0, 1, o, i]->[b, f, 0, 1]",
+        "stride = [1, 1], pad = [[1, 2], [1, 2]], lhs_dilate = [2, 2]",
+        "",
+    );
+    assert_eq!(route(&igrad), 0);
+    let dw = |k: i64| {
+        one(
+            "tensor<2x32x16x16xf32>",
+            &format!("tensor<32x1x{k}x{k}xf32>"),
+            "tensor<2x32x16x16xf32>",
+            "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+            &format!("stride = [1, 1], pad = [[{p}, {p}], [{p}, {p}]]", p = k / 2),
+            "feature_group_count = 32 : i64",
+        )
+    };
+    assert_eq!(route(&dw(3)), 0);
+    assert_eq!(route(&dw(7)), 1);
 }
 
 /// f64, depthwise and reversed convolutions are not oneDNN's; grouped
