@@ -147,3 +147,71 @@ def test_compile_for_cpu_serializes_without_onednn() -> None:
                              "print(sorted(k for k, _ in r['custom_calls']))"))
     # Lowered again without the oneDNN route: the host kernel, no oneDNN call.
     assert "hlobridge_conv" in out and "onednn" not in out, out
+
+
+# Forward and both gradients in one program, as the training step needs them:
+# (name, x shape, w shape, stride, padding, dilation, groups, oneDNN calls).
+# The oneDNN calls: the forward; stride-1 input gradients; the weight
+# gradient of a stem (<= 4 input channels, stride <= 2); a strided 1x1's
+# input gradient (1x1 call + spreading pad); depthwise only from 7x7.
+GRAD_CASES = [
+    ("3x3", (2, 8, 10, 10), (16, 8, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 2),
+    ("stem-7x7-stride2", (2, 3, 32, 32), (16, 3, 7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1, 2),
+    ("stem-3x3-stride2-odd", (2, 3, 33, 31), (8, 3, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1, 2),
+    ("1x1-stride2", (2, 16, 14, 14), (32, 16, 1, 1), (2, 2), ((0, 0), (0, 0)), (1, 1), 1, 2),
+    ("1x1-stride2-odd-padded", (2, 16, 15, 13), (24, 16, 1, 1), (2, 3), ((1, 0), (2, 1)), (1, 1), 1, 2),
+    ("3x3-stride2", (2, 8, 14, 14), (16, 8, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), 1, 1),
+    ("grouped-3x3", (2, 8, 9, 9), (12, 4, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, 2),
+    ("dilated-3x3", (2, 8, 12, 12), (8, 8, 3, 3), (1, 1), ((2, 2), (2, 2)), (2, 2), 1, 2),
+    ("asymmetric", (2, 6, 11, 13), (10, 6, 2, 4), (1, 1), ((1, 0), (2, 1)), (1, 1), 1, 2),
+    ("depthwise-7x7", (2, 16, 12, 12), (16, 1, 7, 7), (1, 1), ((3, 3), (3, 3)), (1, 1), 16, 2),
+    ("depthwise-3x3", (2, 16, 12, 12), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16, 0),
+]
+
+
+def _stablehlo_grads(xs, ws, stride, padding, dilation, groups) -> str:
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(
+            x, w, window_strides=stride, padding=list(padding), rhs_dilation=dilation,
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=groups,
+            precision=jax.lax.Precision.HIGHEST)
+
+    def f(x, w, dy):
+        y, vjp = jax.vjp(conv, x, w)
+        dx, dw = vjp(dy)
+        return y, dx, dw
+
+    ys = jax.eval_shape(conv, jax.ShapeDtypeStruct(xs, jnp.float32),
+                        jax.ShapeDtypeStruct(ws, jnp.float32)).shape
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in (xs, ws, ys)]
+    return jax.jit(f).lower(*args).as_text()
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_forward_and_gradients_against_float64(case) -> None:
+    name, xs, ws, stride, padding, dilation, groups, calls = case
+    exe, _ = _native.compile(_stablehlo_grads(xs, ws, stride, padding, dilation, groups))
+    assert exe.host_kernels.get(ONEDNN, 0) == calls, exe.host_kernels
+    g = _gen()
+    x = torch.randn(xs, generator=g, dtype=torch.float64)
+    w = torch.randn(ws, generator=g, dtype=torch.float64)
+    pads = [p for lo_hi in reversed(padding) for p in lo_hi]
+    xp = F.pad(x, pads).requires_grad_(True)
+    wr = w.clone().requires_grad_(True)
+    y = F.conv2d(xp, wr, stride=stride, dilation=dilation, groups=groups)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    dxp, dw = torch.autograd.grad(y, (xp, wr), dy)
+    # Undo the hand padding: the gradient of the unpadded input (a negative
+    # pad crops).
+    dx = F.pad(dxp, [-p for p in pads])
+    arrays = [x.float().contiguous(), w.float().contiguous(), dy.float().contiguous()]
+    outs, *_ = _native.execute(exe, [a.data_ptr() for a in arrays], [list(a.shape) for a in arrays],
+                               [_native.ELEMENT_TYPES["f32"]] * 3, arrays)
+    got = [torch.from_dlpack(o) for o in outs]
+    taps = ws[2] * ws[3]
+    k_fwd = ws[1] * taps
+    k_dx = ws[0] // groups * taps
+    k_dw = xs[0] * y.shape[2] * y.shape[3]
+    _check(got[0], y.detach(), k_fwd, f"{name} forward")
+    _check(got[1], dx, k_dx, f"{name} input gradient")
+    _check(got[2], dw, k_dw, f"{name} weight gradient")
