@@ -45,6 +45,7 @@ the optimizer are cut the same way.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from hlobridge._src.errors import ArgumentError, DataDependentError
+from hlobridge._src.errors import ArgumentError, BridgeError, DataDependentError
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.optim import Optimizer
 from hlobridge._src.torch_optim import TorchOptimizer
@@ -242,8 +243,17 @@ class TrainStep:
                 if traced is None and self._dims is not None:
                     traced = self._admitting(flat, (batch_spec, state_spec, structure))
                 if traced is None:
-                    traced = self._trace(flat, batch_spec, state_spec, len(state_leaves),
-                                         len(hyper), structure)
+                    try:
+                        traced = self._trace(flat, batch_spec, state_spec, len(state_leaves),
+                                             len(hyper), structure)
+                    except Exception as e:
+                        # dynamic=: sizes outside a value range of an earlier
+                        # trace that the model cannot take either.
+                        for t in self._dynamic:
+                            err = t.graph.violation(flat)
+                            if err is not None and not isinstance(e, BridgeError):
+                                raise err from e
+                        raise
                     if traced.key is not None:
                         self._dynamic.append(traced)
                 self._traced[key] = traced
@@ -445,8 +455,11 @@ class TrainStep:
 
             args = symbolic_inputs(flat, len(flat) - batch_spec.num_leaves, dims)
         mode = "fake" if dims is None else "symbolic"
+        from hlobridge._src.dynamic.step import paused_gc
+
         try:
-            with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False):
+            with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False), \
+                    (paused_gc() if dims is not None else contextlib.nullcontext()):
                 raw = make_fx(step, decomposition_table=decompositions(),
                               tracing_mode=mode)(*args)
                 gm = make_fx(functionalize(raw, remove="mutations_and_views"),

@@ -4,9 +4,9 @@ and sequence length (``docs/dynamic_shapes.md``, ``docs/training.md``).
 
 :func:`symbolic_inputs` fakes the step's inputs in one shape environment:
 parameters, buffers, optimizer state and hyperparameters static, the chosen
-dimensions of the batch tensors symbolic (duck-shaped, as Dynamo does:
-dimensions of equal size at the first call share one symbol; sizes 0 and 1
-specialised). ``make_fx`` traces the step on them
+dimensions of the batch tensors symbolic (sizes equal at the first call on
+the same axis of two batch tensors share one symbol, as Dynamo's duck
+shaping does; sizes 0 and 1 specialised). ``make_fx`` traces the step on them
 (:mod:`hlobridge._src.train_step`) and :class:`DynamicStep` holds the result:
 
 - the random ops (dropout) lifted out as inputs drawn in torch per call
@@ -24,17 +24,20 @@ specialised). ``make_fx`` traces the step on them
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sympy
 import torch
 
+from hlobridge._src.dynamic.symbols import is_symbolic
 from hlobridge._src.entry_cache import MISS
-from hlobridge._src.errors import ArgumentError
+from hlobridge._src.errors import ArgumentError, ShapeAssertionError
 
-__all__ = ["DynamicStep", "dynamic_dims", "symbolic_inputs"]
+__all__ = ["DynamicStep", "dynamic_dims", "paused_gc", "symbolic_inputs"]
 
 counters = {"traces": 0}
 """Process-wide: symbolic traces of train steps (tests read it)."""
@@ -74,14 +77,42 @@ def symbolic_inputs(flat: Sequence[torch.Tensor], n_fixed: int, dims: tuple[int,
 
     mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=False)
     out = []
+    first: dict[tuple[int, int], Any] = {}  # (axis, size) -> its symbol
     for i, t in enumerate(flat):
+        if not isinstance(t, torch.Tensor):  # None (no optimizer state leaf)
+            out.append(t)
+            continue
         dyn = [DimDynamic.DYNAMIC if i >= n_fixed and (not dims or a in dims)
                else DimDynamic.STATIC for a in range(t.dim())]
         ctx = StatelessSymbolicContext(dynamic_sizes=dyn)  # type: ignore[arg-type]
-        out.append(mode.from_tensor(t, source=ConstantSource(f"input{i}"),
-                                    symbolic_context=ctx))
+        fake = mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=ctx)
+        for a, d in enumerate(fake.shape):
+            if not is_symbolic(d):
+                continue
+            # Batch tensors' sizes on the same axis that are equal now are
+            # one symbol (ids and targets: one batch, one sequence length),
+            # checked by a guard; other axes never share one.
+            same = first.setdefault((a, int(t.shape[a])), d)
+            if same is not d:
+                torch._check(d == same)
+        out.append(fake)
     counters["traces"] += 1
     return out
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic collector paused while a step is traced
+    symbolically (see :mod:`hlobridge._src.dynamic.guard`: it can clear a
+    live fake tensor's ``__dict__`` mid-trace)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _views_for_copies(gm: torch.fx.GraphModule) -> None:
@@ -119,8 +150,10 @@ class DynamicStep:
         from hlobridge._src.dynamo.random_inputs import lift_random_inputs
 
         self.fakes = fakes
+        self.names = names
         self.shape_env = next(t.fake_mode.shape_env for t in fakes  # type: ignore[attr-defined]
                               if hasattr(t, "fake_mode"))
+        tensors = [t for t in fakes if isinstance(t, torch.Tensor)]
         _views_for_copies(gm)
         with unset_fake_temporarily():
             self.random_inputs = lift_random_inputs(gm)
@@ -128,13 +161,15 @@ class DynamicStep:
         # make_fx names the step's inputs arg<k>_1: the DynamicGraph names
         # dimensions by them ("batch.0.shape[1]").
         self.graph = DynamicGraph(gm, label, names)
-        self._guards = self.shape_env.produce_guards_expression(fakes, ignore_static=True)
-        self._static = [(t.dtype, [None if isinstance(d, torch.SymInt) else int(d)
-                                   for d in t.shape]) for t in fakes]
+        self._guards = self.shape_env.produce_guards_expression(tensors, ignore_static=True)
+        self._tensor_pos = [i for i, t in enumerate(fakes) if isinstance(t, torch.Tensor)]
+        self._static = [(t.dtype, [None if is_symbolic(d) else int(d)
+                                   for d in t.shape]) if isinstance(t, torch.Tensor)
+                        else (None, []) for t in fakes]
         # Where each symbol is read at call time: (input, axis).
         self._where: dict[sympy.Symbol, tuple[int, int]] = {}
         for i, t in enumerate(fakes):
-            for a, d in enumerate(t.shape):
+            for a, d in enumerate(t.shape if isinstance(t, torch.Tensor) else ()):
                 if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
                     self._where.setdefault(d.node.expr, (i, a))
 
@@ -154,12 +189,44 @@ class DynamicStep:
         if len(flat) != len(self._static):
             return False
         for t, (dtype, dims) in zip(flat, self._static):
-            if t.dtype != dtype or t.dim() != len(dims) or any(
+            if dtype is None:
+                if t is not None:
+                    return False
+                continue
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != len(dims) or any(
                     d is not None and d != s for d, s in zip(dims, t.shape)):
                 return False
         if self._guards is None:
             return True
-        return bool(self.shape_env.evaluate_guards_expression(self._guards, list(flat)))
+        return bool(self.shape_env.evaluate_guards_expression(
+            self._guards, [flat[i] for i in self._tensor_pos]))
+
+    def violation(self, flat: Sequence[Any]) -> ShapeAssertionError | None:
+        """The error for inputs ``flat`` whose sizes leave a symbol's value
+        range (``seq <= 32``: a slice of a 32-row table), naming the
+        dimension; ``None`` if none does (or only by being 0 or 1, which
+        Dynamo-style specialisation traces apart)."""
+        ranges = self.shape_env.var_to_range
+        for s, (i, a) in self._where.items():
+            t = flat[i] if i < len(flat) else None
+            r = ranges.get(s)
+            if not isinstance(t, torch.Tensor) or t.dim() <= a or r is None:
+                continue
+            v = int(t.shape[a])
+            lo, hi = r.lower, r.upper
+            low_ok = v < 2 or not isinstance(lo, sympy.Integer) or v >= int(lo)
+            high_ok = not isinstance(hi, sympy.Integer) or v <= int(hi)
+            if low_ok and high_ok:
+                continue
+            dim = f"{self.names[i]}.shape[{a}]"
+            bound = " and ".join([*([f">= {int(lo)}"] if isinstance(lo, sympy.Integer) else []),
+                                  *([f"<= {int(hi)}"] if isinstance(hi, sympy.Integer) else [])])
+            err = ShapeAssertionError(
+                f"{self.graph.label}: {dim} is {v}; the step's trace requires {dim} {bound} "
+                f"(a constraint of the model on that size)")
+            err.dim = dim
+            return err
+        return None
 
     def _draws(self, flat: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         values = {s: int(flat[i].shape[a]) for s, (i, a) in self._where.items()}
