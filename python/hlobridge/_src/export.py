@@ -4,14 +4,19 @@ and :func:`load` to read one back (in-process) with its checks.
 An artifact (docs/deploy.md) holds:
 
 - the stitched StableHLO module, one file per exported batch size
-  (``module.mlir``, or ``module.b{N}.mlir`` with ``batch_sizes``);
+  (``module.mlir``, or ``module.b{N}.mlir`` with ``batch_sizes``); or, with
+  ``dynamic=``, ONE module with ``?`` dims (``module.mlir``, format
+  ``hlobridge-artifact/2``; :mod:`hlobridge._src.export_dynamic`), refined
+  per concrete shape on first use by the Rust refinement pass and compiled
+  once per shape;
 - the parameters, buffers and captured constants as ``weights.safetensors``;
 - ``manifest.json``: named inputs (``params``, in program order, with
   ``weight: true`` for those bound from the weights file) and ``outputs``
   with shapes and MLIR dtypes, the producers' versions (torch, torch_xla,
   jax, jaxlib), hlobridge's version, the batch dim, each file's size, the
   row-independence check (``rows_independent``, ``batching_refused``), and
-  ``content_hash``.
+  ``content_hash``; a dynamic artifact adds ``dynamic.symbols`` (each
+  symbolic dim's name and range) and ``dims`` per input and output.
 
 The format is defined once, in Rust (the ``hlobridge-artifact`` crate):
 this module writes and reads artifacts through the extension
@@ -52,7 +57,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,7 +362,9 @@ class Artifact:
     example_outputs: dict[str, torch.Tensor] | None = None
     _modules: dict[str, str] = field(default_factory=dict, repr=False)
     _weights: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-    _exes: dict[str, Any] = field(default_factory=dict, repr=False)
+    _exes: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Compiled programs: per module file; a dynamic artifact's per argument shapes."""
+    _manifest_text: str | None = field(default=None, repr=False)
 
     @property
     def content_hash(self) -> str:
@@ -376,6 +383,8 @@ class Artifact:
         want = _torch_dtype(spec["dtype"])
         if t.dtype != want:
             raise DtypeError(f"input {name}: dtype must be {want}, not {t.dtype}")
+        if "dims" in spec:
+            return  # a dynamic artifact: _native.artifact_check_shapes
         shape = list(spec["shape"])
         if len(t.shape) != len(shape) or any(
                 a != b and d != bd for d, (a, b) in enumerate(zip(t.shape, shape))):
@@ -402,6 +411,8 @@ class Artifact:
         bd = m.get("batch_dim")
         for n, spec in specs.items():
             self._check(n, inputs[n], spec, bd)
+        if m.get("dynamic") is not None:
+            return self._run_dynamic(inputs)
         module = m["modules"][0]
         if bd is not None:
             sizes = {int(inputs[n].shape[bd]) for n in specs}
@@ -437,6 +448,73 @@ class Artifact:
         return {o["name"]: t for o, t in zip(m["outputs"], outs)}
 
 
+    def _run_dynamic(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """:meth:`run` of a dynamic artifact: the shapes checked against the
+        manifest's symbols (``_native.artifact_check_shapes``, the check
+        ``hlobridge serve`` makes), a batch below the batch symbol's ``min``
+        padded up to it, and the ONE module refined to the call's shapes by
+        the Rust pass and compiled on first use of each shape."""
+        from torch.utils.dlpack import from_dlpack
+
+        from hlobridge._src.dtypes import CODES
+        from hlobridge._src.errors import ShapeAssertionError
+        from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
+
+        m = self.manifest
+        text = self._manifest_json()
+        _native.artifact_check_shapes(text, [(n, list(t.shape)) for n, t in inputs.items()])
+        bd = m.get("batch_dim")
+        b = rows = None
+        if bd is not None:
+            sizes = {int(t.shape[bd]) for t in inputs.values()}
+            if len(sizes) != 1:
+                raise ArgumentError("inputs disagree on the batch size")
+            b = sizes.pop()
+            try:
+                rows = _native.artifact_bucket(text, b)
+            except ArgumentError as e:
+                sym = next(p["dims"][bd] for p in m["params"] if not p["weight"])
+                err = ShapeAssertionError(f"shape constraint violated: {e}")
+                err.dim = f"dim {bd} ({sym})"
+                raise err from None
+            if rows != b:
+                inputs = {n: _pad_rows(t, bd, rows) for n, t in inputs.items()}
+        args = [self._weights[p["name"]] if p["weight"] else inputs[p["name"]].contiguous()
+                for p in m["params"]]
+        key = tuple(tuple(int(d) for d in t.shape) for t in args)
+        file = m["modules"][0]["file"]
+        t0 = time.perf_counter()
+        exe = self._exes.get(key)
+        cache: Any = "hit"
+        compile_s = 0.0
+        if exe is None:
+            refined = _native.refine_shapes(self._modules[file], [list(s) for s in key])
+            exe, hit = _native.compile(refined)
+            compile_s = time.perf_counter() - t0
+            cache = "content" if hit else "miss"
+            self._exes[key] = exe
+        seg = Segment(f"export:{self.path.name}/{file}{list(key)}", "hlobridge", self.content_hash,
+                      len(args), len(m["outputs"]))
+        outs = run_and_record(exe, args, platform=_native.runtime().platform, segments=[seg],
+                              accounting=compile_accounting(cache, compile_s), t0=t0,
+                              wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
+                              codes=[CODES[t.dtype] for t in args])
+        if bd is not None and rows != b:
+            outs = [t.narrow(bd, 0, int(b)) for t in outs]  # type: ignore[arg-type]
+        return {o["name"]: t for o, t in zip(m["outputs"], outs)}
+
+    def _manifest_json(self) -> str:
+        if self._manifest_text is None:
+            self._manifest_text = json.dumps(self.manifest)
+        return self._manifest_text
+
+    @property
+    def compiled_shapes(self) -> list[tuple[tuple[int, ...], ...]]:
+        """A dynamic artifact's argument shapes compiled so far (weights
+        included, in parameter order), oldest first."""
+        return [k for k in self._exes if isinstance(k, tuple)]
+
+
 def _bucket(m: dict[str, Any], b: int) -> dict[str, Any]:
     """The module a batch of ``b`` rows runs on, by the one rule every front
     end shares (``hlobridge_artifact::Manifest::bucket_for``, which
@@ -469,7 +547,8 @@ def _check_names(params: list[dict[str, Any]]) -> None:
 def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str],
            kind: str = "auto", batch_dim: int | None = None,
            batch_sizes: Sequence[int] | None = None, input_names: Sequence[str] | None = None,
-           weights: Sequence[int] = ()) -> Artifact:
+           weights: Sequence[int] = (),
+           dynamic: bool | Mapping[str, Mapping[int, str]] | None = None) -> Artifact:
     """Export ``what`` for ``example_inputs`` into the directory ``path``
     (created; existing artifact files are overwritten).
 
@@ -484,6 +563,11 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
     every size, and the rows are checked for independence (module docs).
     ``weights``: positions of example inputs that are weights (``jax``/``plan``
     only; a module's parameters and buffers are weights automatically).
+    ``dynamic``: capture ONCE with symbolic dims and store ONE module, refined
+    per shape at run time instead of one module per batch size: ``True``
+    makes ``batch_dim`` dynamic (symbol ``batch``), ``{"x": {0: "batch", 1:
+    "seq"}}`` names each dynamic dim of each input (``torch`` and ``jax``
+    kinds; not with ``batch_sizes``).
     """
     from hlobridge._src.stitching import StitchedProgram
 
@@ -513,7 +597,24 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
     if len(set(sizes)) != len(sizes):
         raise ExportError("batch_sizes must be distinct")
 
-    captures: list[tuple[int | None, _Captured]] = []
+    dyn_symbols: list[dict[str, Any]] | None = None
+    captures: list[tuple[int | None, Any]] = []
+    if dynamic is not None and dynamic is not False:
+        from hlobridge._src import export_dynamic
+
+        if batch_sizes is not None:
+            raise ExportError("dynamic= replaces batch_sizes: one module serves every size")
+        if kind == "plan":
+            raise ExportError("a stitched plan has fixed shapes; dynamic= is for torch and jax")
+        spec = export_dynamic.normalize(dynamic, names, args, batch_dim, weight_pos)
+        if kind == "torch":
+            dcap = export_dynamic.capture_torch(what, args, names, spec)
+        else:
+            dcap = export_dynamic.capture_jax(what, args, names, weight_pos, spec)
+        _check_names(dcap.params)
+        dyn_symbols = dcap.symbols
+        captures.append((example_b, dcap))
+        sizes = []
     for b in sizes:
         xs = args
         if batch_dim is not None and b != example_b:
@@ -539,8 +640,16 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
     rows_independent: bool | None = None
     refused: str | None = None
     if batch_dim is not None:
+        batch_sym = None if dyn_symbols is None else next(
+            p["dims"][batch_dim] for p in first.params if not p["weight"])
         for b, cap in captures:
             for o in cap.outputs:
+                if batch_sym is not None and (len(o["dims"]) <= batch_dim
+                                              or o["dims"][batch_dim] != batch_sym):
+                    raise ExportError(
+                        f"output {o['name']} has dims {o['dims']}: it does not carry the batch "
+                        f"symbol {batch_sym!r} along dim {batch_dim}, so requests could not be "
+                        f"split back (export without batch_dim, or return per-row outputs)")
                 if len(o["shape"]) <= batch_dim or o["shape"][batch_dim] != b:
                     raise ExportError(
                         f"output {o['name']} has shape {o['shape']} at batch size {b}: it does not "
@@ -558,9 +667,9 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
     modules = []
     texts: list[tuple[str, str]] = []
     for b, cap in captures:
-        fname = "module.mlir" if batch_dim is None else f"module.b{b}.mlir"
+        fname = "module.mlir" if batch_dim is None or dyn_symbols is not None else f"module.b{b}.mlir"
         texts.append((fname, cap.text))
-        modules.append({"file": fname, "batch": b})
+        modules.append({"file": fname, "batch": None if dyn_symbols is not None else b})
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "hlobridge_version": _native.__version__,
@@ -577,6 +686,8 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
         manifest["rows_independent"] = rows_independent
     if refused is not None:
         manifest["batching_refused"] = refused
+    if dyn_symbols is not None:
+        manifest["dynamic"] = {"symbols": dyn_symbols}
     weights_in = [(n, _mlir_dtype(t.dtype), list(t.shape), _tensor_bytes(t)) for n, t in first.weights]
     text = _native.artifact_write(str(out_dir), json.dumps(manifest), texts, weights_in)
     same = next((cap for b, cap in captures if b == example_b), None)
