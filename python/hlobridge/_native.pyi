@@ -338,10 +338,17 @@ def check_environment() -> list[str]:
 # -- hlobridge-artifact (python/src/artifact.rs) --------------------------------
 
 ARTIFACT_FORMAT: Final[str]
+ARTIFACT_FORMAT_DYNAMIC: Final[str]
 
 def artifact_bucket(manifest_text: str, rows: int) -> int:
     """The exported batch size a batch of ``rows`` runs on (the rule every
     front end shares); raises ``ArgumentError`` with the reason."""
+    ...
+
+def artifact_check_shapes(manifest_text: str, shapes: list[tuple[str, list[int]]]) -> dict[str, int]:
+    """Check request input shapes against a dynamic artifact's constraints
+    (the check ``hlobridge serve`` makes); returns each symbol's value.
+    Raises ``ShapeAssertionError`` with ``.dim`` and ``.constraint``."""
     ...
 
 def artifact_read(

@@ -178,6 +178,40 @@ pub fn artifact_bucket(py: Python<'_>, manifest_text: &str, rows: i64) -> PyResu
     )
 }
 
+/// Checks a request's input shapes (`(name, dims)`) against a dynamic
+/// artifact's constraints (`hlobridge_artifact::Manifest::check_shapes`, the
+/// check `hlobridge serve` makes); returns each symbol's value. Raises
+/// `ShapeAssertionError` with `.dim` (`"input x dim 0"`) and `.constraint`.
+#[pyfunction]
+pub fn artifact_check_shapes(
+    py: Python<'_>,
+    manifest_text: &str,
+    shapes: Vec<(String, Vec<i64>)>,
+) -> PyResult<std::collections::BTreeMap<String, i64>> {
+    let m: Manifest = serde_json::from_str(manifest_text)
+        .map_err(|e| to_py(py, ArtifactError::Manifest(e.to_string())))?;
+    let refs: Vec<(&str, &[i64])> = shapes
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.as_slice()))
+        .collect();
+    m.check_shapes(&refs).map_err(|v| {
+        let dim = match v.dim {
+            Some(d) => format!("input {} dim {d}", v.input),
+            None => format!("input {}", v.input),
+        };
+        let msg = format!("shape constraint violated: {v}");
+        match class(py, "ShapeAssertionError").and_then(|c| c.call1((msg,))) {
+            Ok(obj) => {
+                // A failed assignment still raises the error.
+                let _ = obj.setattr("dim", dim);
+                let _ = obj.setattr("constraint", v.constraint.clone());
+                PyErr::from_value(obj)
+            }
+            Err(err) => err,
+        }
+    })
+}
+
 /// Adds the functions to `_native`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(artifact_read, m)?)?;
@@ -188,6 +222,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(health_decode, m)?)?;
     m.add_function(wrap_pyfunction!(metadata_decode, m)?)?;
     m.add_function(wrap_pyfunction!(artifact_bucket, m)?)?;
+    m.add_function(wrap_pyfunction!(artifact_check_shapes, m)?)?;
+    m.add(
+        "ARTIFACT_FORMAT_DYNAMIC",
+        hlobridge_artifact::FORMAT_DYNAMIC,
+    )?;
     m.add("ARTIFACT_FORMAT", hlobridge_artifact::FORMAT)?;
     Ok(())
 }
