@@ -115,10 +115,11 @@ def jax_gpt2(p: dict[str, Any], ids: Any) -> Any:
         q = f"transformer.h.{i}."
         a = _ln(h, p[q + "ln_1.weight"], p[q + "ln_1.bias"])
         qkv = a @ p[q + "attn.c_attn.weight"] + p[q + "attn.c_attn.bias"]
-        qkv = qkv.reshape(bsz, seq, 3, GPT_HEADS, hd)
-        s = jnp.einsum("bqhd,bkhd->bhqk", qkv[:, :, 0], qkv[:, :, 1]) / np.sqrt(hd)
+        qh, kh, vh = (t.reshape(bsz, seq, GPT_HEADS, hd).transpose(0, 2, 1, 3)
+                      for t in jnp.split(qkv, 3, axis=-1))
+        s = qh @ kh.swapaxes(-1, -2) / np.sqrt(hd)
         att = jax.nn.softmax(jnp.where(causal, s, jnp.finfo(s.dtype).min), axis=-1)
-        o = jnp.einsum("bhqk,bkhd->bqhd", att, qkv[:, :, 2]).reshape(bsz, seq, GPT_D)
+        o = (att @ vh).transpose(0, 2, 1, 3).reshape(bsz, seq, GPT_D)
         h = h + o @ p[q + "attn.c_proj.weight"] + p[q + "attn.c_proj.bias"]
         m = _ln(h, p[q + "ln_2.weight"], p[q + "ln_2.bias"])
         f = jax.nn.gelu(m @ p[q + "mlp.c_fc.weight"] + p[q + "mlp.c_fc.bias"], approximate=True)
