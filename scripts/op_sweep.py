@@ -329,6 +329,9 @@ def main() -> None:
                     help="exit 1 on an unlisted failure or a stale entry (hlobridge rows)")
     ap.add_argument("--add-expected", action="store_true",
                     help="add the run's unlisted failures to --expected (then review them)")
+    ap.add_argument("--refresh-expected", action="store_true",
+                    help="make the --expected entries of the cases in --out-dir's rows say what "
+                         "the rows say (passing samples leave, classes follow the statuses)")
     ap.add_argument("--retry-failed", action="store_true",
                     help="drop the shard's wrong/crash/timeout rows (of --ops/--dtypes) first, so they "
                          "run again (after a fix)")
@@ -357,6 +360,10 @@ def main() -> None:
             sys.exit(rc)
     rows = all_rows(out_dir, "hlobridge")
     entries = expect.load(Path(args.expected))
+    if args.refresh_expected:
+        changed, removed = expect.refresh(rows, Path(args.expected))
+        print(f"{changed} cases changed, {removed} removed in {args.expected}")
+        entries = expect.load(Path(args.expected))
     if args.add_expected:
         print(f"{expect.merge_new(rows, Path(args.expected))} cases added/widened in "
               f"{args.expected}")

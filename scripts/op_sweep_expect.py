@@ -172,6 +172,47 @@ def merge_new(rows: Iterable[dict[str, Any]], path: Path = DEFAULT_PATH) -> int:
     return changed
 
 
+def refresh(rows: Iterable[dict[str, Any]], path: Path = DEFAULT_PATH) -> tuple[int, int]:
+    """Make the entries of the cases ``rows`` ran say what the rows say (after
+    a fix): samples that now pass leave the entry (an entry left with no
+    samples is removed), failing ones join it, and an entry whose class no
+    longer covers any of its failing statuses takes the default class and the
+    detail of the worst one (a hand-set class that still covers them stays).
+    Samples the rows did not run keep their entry (``--subset`` runs sample
+    0 only). (changed, removed) cases."""
+    entries = load(path)
+    per: dict[Key, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["status"] != "skip":
+            per.setdefault(row_key(r), []).append(r)
+    changed = removed = 0
+    for key, rs in per.items():
+        e = entries.get(key)
+        failing = [r for r in rs if r["status"] in FAILURES]
+        ran = {r["sample"] for r in rs}
+        if e is None:
+            continue  # new failures: merge_new (--add-expected), reviewed by hand
+        old = e.samples
+        keep = set(old) - ran if old is not None else set()
+        samples = tuple(sorted(keep | {r["sample"] for r in failing}))
+        if not samples and (old is not None or not failing):
+            del entries[key]
+            removed += 1
+            continue
+        statuses = {r["status"] for r in failing}
+        cls = e.cls
+        if failing and not statuses & set(CLASSES[e.cls]):
+            worst = min(failing, key=lambda r: FAILURES.index(r["status"]))
+            cls = _DEFAULT_CLASS[worst["status"]]
+            e.reason = " ".join(worst.get("detail", "").split())[:160]
+        if cls != e.cls or (old is not None and samples != old):
+            e.cls = cls
+            e.samples = samples if old is not None else None
+            changed += 1
+    write(entries, path)
+    return changed, removed
+
+
 _HEADER = """\
 # Expected failures of the op sweep (scripts/op_sweep.py, `make sweep`) and of its
 # `make test` subset (tests/python/test_op_sweep_subset.py). Data, read by

@@ -113,6 +113,11 @@ class TorchXlaLazyEngine:
                 ids, values = C._get_tensors_xla_device_data_node(outs)
                 text = C._get_stablehlo(outs, C._xla_get_default_device(), [],
                                         False).decode("utf-8")
+            except (RuntimeError, IndexError, ValueError) as e:
+                # torch_xla's own lowering failed on an op of the graph (its
+                # message names it): named, at capture time (docs/op_numerics.md)
+                raise UnsupportedOpError(f"hlobridge backend: torch_xla failed to lower the "
+                                         f"graph: {type(e).__name__}: {e}") from e
             finally:
                 C._clear_pending_irs(str(dev))
             params: list[int | torch.Tensor] = []

@@ -35,6 +35,13 @@ relatives)
     zeros; then one Newton-Schulz step ``X <- 2X - X A X``, which squares
     the error of XLA's factorization and keeps the truncated
     pseudo-inverse (its fixed point).
+
+Empty matrices (``_linalg_svd``, ``_linalg_slogdet``, ``logdet``)
+    torch_xla failed to lower an SVD of a ``0 x 0`` or ``m x 0`` matrix
+    (``Slice dim size 1 greater than dynamic slice dimension``) and a
+    log-determinant of a ``0 x 0`` one (``limit index (-1)``). Here:
+    torch's results, identity singular vectors (as many as the shape
+    asks for), no singular values, determinant 1.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["LU_INFO_MAX_N", "inv_ex", "lu_info", "pinv"]
+__all__ = ["LU_INFO_MAX_N", "empty_slogdet", "empty_svd", "inv_ex", "lu_info", "pinv"]
 
 _aten = torch.ops.aten
 
@@ -165,3 +172,32 @@ def _tol(smax: torch.Tensor, atol: Any, rtol: Any) -> torch.Tensor:
         tol = torch.maximum(tol, atol.unsqueeze(-1) if isinstance(atol, torch.Tensor) else
                             torch.as_tensor(atol, dtype=smax.dtype))
     return tol
+
+
+def empty_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True, *,
+              driver: str | None = None) -> Any:
+    """``_linalg_svd`` of empty matrices (module docs); ``None`` otherwise."""
+    if a.numel() != 0:
+        return None
+    batch, (m, n) = tuple(a.shape[:-2]), tuple(a.shape[-2:])
+    k = min(m, n)
+    real = a.real.dtype if a.is_complex() else a.dtype
+    s = torch.zeros((*batch, k), dtype=real)
+    if not compute_uv:
+        return a.new_zeros((0,)), s, a.new_zeros((0,))
+    cu, rv = (m, n) if full_matrices else (k, k)
+    u = torch.eye(m, cu, dtype=a.dtype).expand(*batch, m, cu).clone()
+    vh = torch.eye(rv, n, dtype=a.dtype).expand(*batch, rv, n).clone()
+    return u, s, vh
+
+
+def empty_slogdet(a: torch.Tensor) -> Any:
+    """``_linalg_slogdet`` of ``0 x 0`` matrices (module docs); ``None``
+    otherwise."""
+    if a.shape[-1] != 0:
+        return None
+    batch = tuple(a.shape[:-2])
+    real = a.real.dtype if a.is_complex() else a.dtype
+    return (torch.ones(batch, dtype=a.dtype), torch.zeros(batch, dtype=real),
+            a.new_zeros(a.shape), torch.zeros((*batch, 0), dtype=torch.int32))
+

@@ -64,8 +64,26 @@ Found by the OpInfo sweep (``make sweep``, #27):
     (``var_mean``), a wrong one (``std_mean``, error 0.55) or failed. Here:
     ``var(re) + var(im)``.
 
-``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``) of complex matrices
-    wrong (error 1.99 relative). Here: the inverse of the real embedding.
+``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``), ``linalg_pinv``, SVD and
+log-determinant of empty matrices
+    ``hlobridge._src.dynamo.linalg_numerics``: complex inverses were wrong
+    (error 1.99 relative), ``inv_ex``'s ``info`` all zeros of the wrong
+    shape, float64 ``pinv`` float32-accurate (2e-7).
+
+Ops with a ``dim`` on 0-d tensors (``sum(x, 0)``, ``cumsum``, ``max(x, 0)``,
+``index_select``, ...)
+    torch_xla raised ``Value out of range``: ``zero_d_dims`` wraps those
+    entries (the 0-d tensors as 1-element vectors).
+
+``div.Tensor`` and ``abs`` of complex tensors
+    torch_xla's result kept the wrong torch type (``div``: float32, so
+    ``gradient`` of complex64 came back float32 after a ``cat``; ``abs``:
+    complex64, and ``linalg.norm`` of complex failed). Here: the quotient
+    plus a complex zero; ``|z|`` from the real and imaginary parts.
+    ``linalg_vector_norm`` of complex is the norm of ``|z|``.
+
+``heaviside``, ``isnan``, ``atan2`` of integer/bool tensors; ``repeat`` to an empty result
+    ``heaviside`` of int32 came back int64; bool inputs failed to lower.
 
 ``div.Scalar`` of complex tensors
     returned the real part only (``trapezoid(y, x)`` of complex inputs came
@@ -249,7 +267,10 @@ def _linalg_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = 
                 driver: str | None = None) -> Any:
     """Batched SVD as one 2-D SVD per matrix, stacked."""
     op = _aten._linalg_svd.default
-    if a.dim() <= 2 or a.numel() == 0 or _declines(op):
+    empty = linalg_numerics.empty_svd(a, full_matrices, compute_uv, driver=driver)
+    if empty is not None:
+        return empty
+    if a.dim() <= 2 or _declines(op):
         return NotImplemented
     batch = tuple(a.shape[:-2])
     flat = a.reshape(-1, *a.shape[-2:])
@@ -438,6 +459,65 @@ def _div_complex(a: Any, b: Any) -> Any:
     return q + torch.zeros((), dtype=q.dtype)
 
 
+def _none_declines(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f``, whose ``None`` means the op as is (``NotImplemented``)."""
+    def decomp(*args: Any, **kwargs: Any) -> Any:
+        out = f(*args, **kwargs)
+        return NotImplemented if out is None else out
+
+    return decomp
+
+
+def _logdet_empty(a: torch.Tensor) -> Any:
+    """``logdet`` of ``0 x 0`` matrices: 0 (torch_xla failed to lower it)."""
+    if a.shape[-1] != 0:
+        return NotImplemented
+    return a.new_zeros(a.shape[:-2])
+
+
+def _repeat_empty(x: torch.Tensor, repeats: Any) -> Any:
+    """``repeat`` with an empty result: zeros of its shape (torch_xla:
+    ``Concatenate expects at least one argument``)."""
+    reps = list(repeats)
+    shape = [1] * (len(reps) - x.dim()) + list(x.shape)
+    out = [s * r for s, r in zip(shape, reps)]
+    if all(n != 0 for n in out):
+        return NotImplemented
+    return x.new_zeros(out)
+
+
+def _abs_complex(x: torch.Tensor) -> Any:
+    """``abs`` of a complex tensor: torch_xla's result keeps the complex
+    type as its torch type (its HLO is real), so ``(z.abs() ** 2).sum()``
+    came back complex64 and ``linalg.norm`` of complex refused it (``Input
+    must be a floating type``). Here: ``hi * sqrt(1 + (lo / hi)^2)`` of the
+    larger and smaller of ``|re|``, ``|im|`` (no overflow; inf where either
+    part is infinite, as torch)."""
+    if not x.is_complex():
+        return NotImplemented
+    re, im = x.real.abs(), x.imag.abs()
+    hi, lo = torch.maximum(re, im), torch.minimum(re, im)
+    r = lo / torch.where(hi == 0, torch.ones_like(hi), hi)
+    out = hi * torch.sqrt(1 + r * r)
+    return torch.where(torch.isinf(re) | torch.isinf(im), torch.full_like(out, float("inf")),
+                       out)
+
+
+def _vector_norm_complex(x: torch.Tensor, ord: Any = 2, dim: Any = None,
+                         keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    """``linalg_vector_norm`` of a complex tensor (``linalg.norm``,
+    ``norm``, ``renorm``, ``pairwise_distance``, ...: torch_xla refused
+    it): the norm of ``|x|`` (:func:`_abs_complex`), torch's definition."""
+    if not x.is_complex():
+        return NotImplemented
+    real = None if dtype is None else _REAL_OF.get(dtype, dtype)
+    return _aten.linalg_vector_norm.default(_abs_complex(x), ord, dim, keepdim, dtype=real)
+
+
+_REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64,
+            torch.complex32: torch.float16}
+
+
 def _heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
     """``heaviside`` of integer/bool tensors: torch_xla returned int64 for
     int32 (and failed on bool: ``isnan`` of ``pred``). Here: ``values``
@@ -481,11 +561,7 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
                              bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                              transposed: bool, output_padding: Any, groups: int,
                              output_mask: Any) -> Any:
-    """Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool tensors
-    failed to lower or kept the input dtype. Here: the input in the default
-    float dtype first, as torch promotes it.
-
-``convolution_backward``'s bias gradient in bfloat16/float16: torch
+    """``convolution_backward``'s bias gradient in bfloat16/float16: torch
     sums in float32; torch_xla summed in the 16-bit type (a transposed 3-D
     convolution's bias gradient was 0.19 off relative, eager 0.002). Here:
     the sum in float32, the rest from the op with the bias left out."""
@@ -574,6 +650,11 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.linalg_inv_ex.default: _inv_ex,
         a.linalg_pinv.atol_rtol_tensor: linalg_numerics.pinv,
         a.div.Tensor: _div_complex,
+        a._linalg_slogdet.default: _none_declines(linalg_numerics.empty_slogdet),
+        a.logdet.default: _logdet_empty,
+        a.abs.default: _abs_complex,
+        a.linalg_vector_norm.default: _vector_norm_complex,
+        a.repeat.default: _repeat_empty,
         a.heaviside.default: _heaviside,
         a.isnan.default: _isnan_exact,
         a.atan2.default: _atan2_promoted,

@@ -34,7 +34,7 @@ _OPS = (
     "index_select.default", "index_add.default", "index_copy.default", "index_fill.int_Scalar",
     "index_fill.int_Tensor", "gather.default", "scatter.src", "scatter.value",
     "scatter_add.default", "_softmax.default", "_log_softmax.default", "norm.ScalarOpt_dim",
-    "linalg_vector_norm.default", "aminmax.default",
+    "linalg_vector_norm.default", "aminmax.default", "index_reduce.default",
 )
 """The ops (``aten`` overload names) rewritten for a 0-d ``self``."""
 
