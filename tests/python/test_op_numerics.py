@@ -305,6 +305,8 @@ REGRESSIONS: dict[str, Case] = {
         torch.linalg.pinv, lambda g: (_r(g, 6, 2).double() @ _r(g, 2, 5).double(),), False),
     "pinv_hermitian_f64": (lambda a: torch.linalg.pinv(a + a.mT, hermitian=True),
                            lambda g: (_r(g, 5, 5).double(),), False),
+    "pinv_hermitian_reads_lower": (lambda a: torch.linalg.pinv(a, hermitian=True),
+                                   lambda g: (_r(g, 2, 5, 5),), True),
     "pinv_complex": (torch.linalg.pinv, lambda g: (_c(g, 4, 3),), False),
     "pinv_empty": (torch.linalg.pinv, lambda g: (_r(g, 0, 0),), False),
     "pinv_grad": (torch.linalg.pinv, lambda g: (_r(g, 4, 3),), True),

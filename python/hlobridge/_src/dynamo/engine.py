@@ -113,7 +113,7 @@ class TorchXlaLazyEngine:
                 ids, values = C._get_tensors_xla_device_data_node(outs)
                 text = C._get_stablehlo(outs, C._xla_get_default_device(), [],
                                         False).decode("utf-8")
-            except (RuntimeError, IndexError, ValueError) as e:
+            except (RuntimeError, IndexError, ValueError, NotImplementedError) as e:
                 # torch_xla's own lowering failed on an op of the graph (its
                 # message names it): named, at capture time (docs/op_numerics.md)
                 raise UnsupportedOpError(f"hlobridge backend: torch_xla failed to lower the "

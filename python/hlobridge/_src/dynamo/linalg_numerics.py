@@ -29,7 +29,8 @@ relatives)
     only to 5e-7, and its ``eigh`` to 3e-9), failed on empty matrices and
     on complex ones. Here: torch's formula (``V diag(1/s) U^H`` over the singular
     values above ``max(atol, rtol * s_max)``; ``hermitian``: the
-    eigendecomposition) on ``_linalg_svd`` / ``linalg_eigh``; complex
+    eigendecomposition of the matrix the lower triangle defines, as torch
+    reads it) on ``_linalg_svd`` / ``linalg_eigh``; complex
     matrices through the real embedding above (the pseudo-inverse of the
     embedding is the embedding of the pseudo-inverse); empty matrices:
     zeros; then one Newton-Schulz step ``X <- 2X - X A X``, which squares
@@ -130,6 +131,9 @@ def pinv(a: torch.Tensor, *, atol: torch.Tensor | None = None,
         default = torch.finfo(real_dtype).eps * max(m, n)
         rtol_v = default if atol is None else torch.where(
             atol > 0, torch.zeros_like(atol), torch.full_like(atol, default))
+    if hermitian:  # torch reads the lower triangle only (eigh's "L")
+        low = torch.tril(a, -1)
+        a = low + torch.diagonal(a, 0, -2, -1).real.diag_embed().to(a.dtype) + low.mH
     if a.is_complex() and not hermitian:
         big = _pinv_real(_embed(a), atol, rtol_v, hermitian)
         return _unembed(big, n, m)
