@@ -84,7 +84,7 @@ bench: setup
 	.venv/bin/python benches/first_call.py --json bench-results/first_call.json
 	.venv/bin/pip install -q -r benches/requirements.txt
 	.venv/bin/python benches/call_torch_bench.py --json bench-results/call_torch.json --md docs/bench/call_torch.md
-	.venv/bin/python benches/dynamic_shapes_bench.py --full --json bench-results/dynamic_shapes.json
+	.venv/bin/python benches/dynamic_shapes_bench.py --full --docs docs/bench
 
 bench-quick: setup
 	.venv/bin/python benches/e2e/run.py --quick --out bench-results/quick

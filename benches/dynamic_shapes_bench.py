@@ -2,8 +2,11 @@
 forward over many (batch, sequence length) shapes in random order.
 
 Variants, each in its OWN fresh process (fresh Dynamo, fresh in-memory
-and on-disk compile caches: ``HLOBRIDGE_CACHE_DIR`` is a new temporary
-directory), all on the same model (seeded) and the same shape order:
+and on-disk compile caches: ``HLOBRIDGE_CACHE_DIR`` and
+``TORCHINDUCTOR_CACHE_DIR`` are new temporary directories, so inductor
+compiles its kernels cold like everyone else; torch_xla is imported only by
+the variants that use it: its import turns Dynamo's automatic dynamic shapes
+off), all on the same model (seeded) and the same shape order:
 
 - ``hb_dynamic``: ``torch.compile(model, backend="hlobridge", dynamic=True)``
   (one trace, one lowering, one refinement + XLA compile per shape);
@@ -25,11 +28,18 @@ after warm-up, ``hb_dynamic`` against ``hb_static`` interleaved
 
 Default (modest): 4 sequence lengths x 2 batch sizes. ``--full``: 8 x 4 =
 32 shapes (the issue's table; several minutes per variant on a quiet
-machine). The 1-minute load average is printed with the numbers: on a shared
-machine they are noise; compare ratios from one run.
+machine). ``--quick`` (smoke test, a couple of minutes): a 1-layer model at
+hidden 64, 2 x 2 shapes, the two hlobridge variants unless ``--variants``
+says otherwise. The 1-minute load average is recorded before and after each
+variant: on a shared machine absolute numbers are noise; compare ratios
+from one run.
 
-Run:  PJRT_DEVICE=CPU .venv/bin/python benches/dynamic_shapes_bench.py [--full]
+``--docs DIR`` writes ``DIR/dynamic_shapes.json`` and
+``DIR/dynamic_shapes_table.md`` (the README's table).
+
+Run:  PJRT_DEVICE=CPU .venv/bin/python benches/dynamic_shapes_bench.py [--full | --quick]
       [--variants hb_dynamic,hb_static,inductor_dynamic,openxla] [--json out.json]
+      [--docs docs/bench]
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ import argparse
 import json
 import os
 import random
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,9 +66,17 @@ CONFIG = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidd
 """A small Llama: the zoo's decoder at 4x width, 8x vocabulary."""
 SEQS_FULL = [16, 24, 32, 48, 64, 96, 128, 160]
 BATCHES_FULL = [2, 3, 4, 8]
-SEQS_QUICK = [16, 32, 64, 128]
-BATCHES_QUICK = [2, 4]
+SEQS_DEFAULT = [16, 32, 64, 128]
+BATCHES_DEFAULT = [2, 4]
+SEQS_QUICK = [16, 32]
+BATCHES_QUICK = [2, 3]
+QUICK_CONFIG = dict(CONFIG, vocab_size=256, hidden_size=64, intermediate_size=128,
+                    num_hidden_layers=1)
+"""``--quick``: the same architecture, tiny."""
 VARIANTS = ["hb_dynamic", "hb_static", "inductor_dynamic", "openxla"]
+LABELS = {"hb_dynamic": "hlobridge `dynamic=True`", "hb_static": "hlobridge `dynamic=False`",
+          "inductor_dynamic": "inductor `dynamic=True`",
+          "openxla": "torch_xla `backend=\"openxla\"`"}
 
 
 def build_model() -> Any:
@@ -64,14 +84,16 @@ def build_model() -> Any:
     import transformers
 
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval()
+    config = QUICK_CONFIG if os.environ.get("HB_DYN_BENCH_QUICK") else CONFIG
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**config)).eval()
 
 
 def tokens(b: int, s: int, device: Any = "cpu") -> Any:
     import torch
 
     g = torch.Generator().manual_seed(1000 * b + s)
-    return torch.randint(3, VOCAB, (b, s), generator=g).to(device)
+    vocab = QUICK_CONFIG["vocab_size"] if os.environ.get("HB_DYN_BENCH_QUICK") else VOCAB
+    return torch.randint(3, vocab, (b, s), generator=g).to(device)
 
 
 def compiled_for(variant: str, model: Any) -> tuple[Any, Any]:
@@ -177,61 +199,137 @@ def steady(shapes: list[tuple[int, int]], reps: int) -> dict[str, Any]:
             "ratio_all": mixed["hb_dynamic"]["median_us"] / mixed["hb_static"]["median_us"]}
 
 
-def run_child(args: list[str], timeout: float) -> dict[str, Any]:
-    env = dict(os.environ, PJRT_DEVICE="CPU",
-               HLOBRIDGE_CACHE_DIR=tempfile.mkdtemp(prefix="hb-dyn-bench-"))
+def run_child(args: list[str], timeout: float, quick: bool) -> dict[str, Any]:
+    """One variant (or the steady-state pair) in a fresh process with fresh
+    compile caches; the load average before and after goes with its result."""
+    tmp = tempfile.mkdtemp(prefix="hb-dyn-bench-")
+    env = dict(os.environ, PJRT_DEVICE="CPU", HLOBRIDGE_CACHE_DIR=os.path.join(tmp, "hb"),
+               TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
+    if quick:
+        env["HB_DYN_BENCH_QUICK"] = "1"
+    load = os.getloadavg()[0]
     try:
         p = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True,
                            text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         return {"error": " | ".join(tail)[-400:]}
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    res: dict[str, Any] = json.loads(lines[-1])
+    res["load"] = [load, os.getloadavg()[0]]
+    return res
+
+
+def summary(r: dict[str, Any]) -> dict[str, float]:
+    """First shape's first call and the median first call of the others."""
+    firsts = [row["first_call_s"] for row in r["per_shape"]]
+    return {"first_shape_s": firsts[0],
+            "later_median_s": statistics.median(firsts[1:]) if len(firsts) > 1 else 0.0}
+
+
+def split(r: dict[str, Any]) -> dict[str, float]:
+    """hb_dynamic's per-shape split, medians over the shapes."""
+    rows = r["per_shape"]
+    return {k: statistics.median(x.get(k, 0.0) for x in rows)
+            for k in ("refine_s", "compile_s", "run_s")}
+
+
+def table(res: dict[str, Any]) -> str:
+    """The markdown table (README and docs/dynamic_shapes.md)."""
+    n = len(res["shapes"])
+    v = res["variants"]
+    base = v.get("hb_dynamic", {}).get("total_s")
+    out = [f"| time to first results, {n} shapes | total | vs hlobridge `dynamic=True` "
+           f"| Dynamo graphs | first shape | each later shape (median) | load |",
+           "|---|---|---|---|---|---|---|"]
+    for name in VARIANTS:
+        r = v.get(name)
+        if r is None:
+            continue
+        if "error" in r:
+            out.append(f"| {LABELS[name]} | failed: {r['error'][:80]} | | | | | |")
+            continue
+        sm = summary(r)
+        ratio = f"{r['total_s'] / base:.2f}x" if base else ""
+        out.append(f"| {LABELS[name]} | {r['total_s']:.0f} s | {ratio} | {r['dynamo_graphs']} "
+                   f"| {sm['first_shape_s']:.1f} s | {sm['later_median_s']:.2f} s "
+                   f"| {r['load'][0]:.1f}-{r['load'][1]:.1f} |")
+    lines = ["\n".join(out)]
+    d = v.get("hb_dynamic")
+    if d and "error" not in d:
+        sp = split(d)
+        routes = ", ".join(f"{k} {c}" for k, c in d["refine_route"].items() if c)
+        lines.append(f"hlobridge `dynamic=True` per new shape (median): refinement "
+                     f"{sp['refine_s'] * 1e3:.1f} ms ({routes}), XLA compile "
+                     f"{sp['compile_s']:.2f} s, run {sp['run_s'] * 1e3:.1f} ms; the lowering "
+                     f"{d['lower_s']:.2f} s once ({d['lowerings']} lowering).")
+    st = res.get("steady")
+    if st and "error" not in st:
+        lines.append(f"Steady state per call after warm-up, hlobridge `dynamic=True` / "
+                     f"`dynamic=False` (interleaved, one process): {st['ratio_same']:.3f} with one "
+                     f"shape repeated ({st['same_shape']['hb_dynamic']['median_us'] / 1e3:.1f} vs "
+                     f"{st['same_shape']['hb_static']['median_us'] / 1e3:.1f} ms), "
+                     f"{st['ratio_all']:.3f} with all {n} shapes in turn (goal: within 1.05).")
+    return "\n\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true", help="8 seq lens x 4 batch sizes")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--reps", type=int, default=7)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true", help="8 seq lens x 4 batch sizes")
+    mode.add_argument("--quick", action="store_true", help="smoke test: tiny model, 2 x 2")
+    ap.add_argument("--variants", default=None, help=f"comma-separated, of {','.join(VARIANTS)}")
+    ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=1800.0, help="per variant, seconds")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--docs", type=Path, help="write dynamic_shapes.json and _table.md here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--steady", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    reps = a.reps or (3 if a.quick else 7)
     if a.worker or a.steady:
         shapes = [tuple(s) for s in json.loads(a.shapes)]
-        out = worker(a.worker, shapes) if a.worker else steady(shapes, a.reps)
+        out = worker(a.worker, shapes) if a.worker else steady(shapes, reps)
         print(json.dumps(out))
         return
-    seqs, batches = (SEQS_FULL, BATCHES_FULL) if a.full else (SEQS_QUICK, BATCHES_QUICK)
+    seqs, batches = ((SEQS_FULL, BATCHES_FULL) if a.full else
+                     (SEQS_QUICK, BATCHES_QUICK) if a.quick else (SEQS_DEFAULT, BATCHES_DEFAULT))
+    variants = (a.variants or ("hb_dynamic,hb_static" if a.quick else ",".join(VARIANTS))).split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            raise SystemExit(f"unknown variant {v!r}; known: {', '.join(VARIANTS)}")
     shapes = [(b, s) for b in batches for s in seqs]
     random.Random(0).shuffle(shapes)
     spec = json.dumps(shapes)
     print(f"# {len(shapes)} shapes, load {os.getloadavg()[0]:.2f}", flush=True)
-    results: dict[str, Any] = {"shapes": shapes, "config": CONFIG,
-                               "load_before": os.getloadavg()[0], "variants": {}}
-    for v in a.variants.split(","):
-        r = run_child(["--worker", v, "--shapes", spec], a.timeout)
+    results: dict[str, Any] = {"shapes": shapes, "config": QUICK_CONFIG if a.quick else CONFIG,
+                               "mode": "full" if a.full else "quick" if a.quick else "default",
+                               "cores": os.cpu_count(), "load_before": os.getloadavg()[0],
+                               "variants": {}}
+    t_all = time.perf_counter()
+    for v in variants:
+        r = run_child(["--worker", v, "--shapes", spec], a.timeout, a.quick)
         results["variants"][v] = r
         if "error" in r:
             print(f"{v:18s} failed: {r['error']}", flush=True)
             continue
+        sm = summary(r)
         print(f"{v:18s} first results for {r['shapes']} shapes: {r['total_s']:8.1f} s"
-              f"  ({r['dynamo_graphs']} Dynamo graphs)", flush=True)
+              f"  ({r['dynamo_graphs']} Dynamo graphs; first shape {sm['first_shape_s']:.1f} s, "
+              f"later median {sm['later_median_s']:.2f} s; load {r['load'][0]:.1f}->"
+              f"{r['load'][1]:.1f})", flush=True)
         if v == "hb_dynamic":
-            rows = r["per_shape"]
-            mean = {k: sum(x.get(k, 0.0) for x in rows) / len(rows)
-                    for k in ("refine_s", "compile_s", "run_s", "first_call_s")}
-            print(f"{'':18s} lowering once {r['lower_s']:.2f} s; per shape: refine "
-                  f"{mean['refine_s'] * 1e3:.1f} ms ({r['refine_route']}), XLA compile "
-                  f"{mean['compile_s']:.2f} s, run {mean['run_s'] * 1e3:.2f} ms", flush=True)
-    if "hb_dynamic" in a.variants and "hb_static" in a.variants:
-        r = run_child(["--steady", "--shapes", spec, "--reps", str(a.reps)], a.timeout)
+            sp = split(r)
+            print(f"{'':18s} lowering once {r['lower_s']:.2f} s; per shape (median): refine "
+                  f"{sp['refine_s'] * 1e3:.1f} ms ({r['refine_route']}), XLA compile "
+                  f"{sp['compile_s']:.2f} s, run {sp['run_s'] * 1e3:.2f} ms", flush=True)
+    if "hb_dynamic" in variants and "hb_static" in variants:
+        r = run_child(["--steady", "--shapes", spec, "--reps", str(reps)], a.timeout, a.quick)
         results["steady"] = r
         if "error" in r:
             print(f"steady state failed: {r['error']}")
@@ -241,10 +339,18 @@ def main() -> None:
                   f"{r['same_shape']['hb_static']['median_us']:.0f} us), all shapes in turn "
                   f"{r['ratio_all']:.3f}")
     results["load_after"] = os.getloadavg()[0]
-    print(f"# load {results['load_after']:.2f}")
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(results, indent=1))
+    results["wall_s"] = time.perf_counter() - t_all
+    print(f"# load {results['load_after']:.2f}; {results['wall_s']:.0f} s in all")
+    md = table(results)
+    print(md)
+    for path in [a.json] + ([a.docs / "dynamic_shapes.json"] if a.docs else []):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(results, indent=1))
+    if a.docs:
+        (a.docs / "dynamic_shapes_table.md").write_text(
+            f"<!-- benches/dynamic_shapes_bench.py --{results['mode']}; {results['cores']} cores, "
+            f"load {results['load_before']:.1f} -> {results['load_after']:.1f} -->\n\n" + md)
 
 
 if __name__ == "__main__":
