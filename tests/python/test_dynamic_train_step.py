@@ -296,6 +296,55 @@ def test_dropout_masks_are_drawn_per_call_at_the_call_shape() -> None:
     assert delta(before)["traces"] == 1
 
 
+def test_aux_clipping_and_accumulation() -> None:
+    """``has_aux`` (outputs of symbolic shape), ``max_grad_norm`` and
+    ``accumulate=2`` (micro-batches of half the symbolic batch, through a
+    JAX activation) in a dynamic step match eager; a batch that does not
+    split raises the static path's ArgumentError."""
+    def loss_aux(m: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        out = m(x)
+        return F.mse_loss(out, y), {"out": out}
+
+    model = JaxMLP()
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+    step = hb.compile_train_step(model, loss_aux,
+                                 torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5),
+                                 has_aux=True, max_grad_norm=0.05, dynamic=True)
+    for b, s in [(2, 3), (4, 5), (3, 7)]:
+        x, y = torch.randn(b, s, 16), torch.randn(b, s, 8)
+        loss, aux = step(x, y)
+        ref_opt.zero_grad()
+        ref_loss, ref_aux = loss_aux(ref, x, y)
+        ref_loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        ref_opt.step()
+        torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(aux["out"], ref_aux["out"].detach(), rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), **TOL)
+    assert len(step.graphs) == 1
+
+    model = JaxMLP()
+    ref = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    step = hb.compile_train_step(model, mse, torch.optim.SGD(model.parameters(), lr=0.1),
+                                 accumulate=2, dynamic=True)
+    for b in [4, 6, 10]:
+        x, y = torch.randn(b, 16), torch.randn(b, 8)
+        loss = step(x, y)
+        ref_opt.zero_grad()
+        for half in (slice(0, b // 2), slice(b // 2, b)):
+            (mse(ref, x[half], y[half]) / 2).backward()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.detach(), q.detach(), **TOL)
+    assert len(step.graphs) == 1
+    with pytest.raises(hb.ArgumentError, match=r"multiple of 2; got shape \(5, 16\)"):
+        step(torch.randn(5, 16), torch.randn(5, 8))
+
+
 def test_bad_dynamic_arguments_are_refused_by_name() -> None:
     with pytest.raises(hb.ArgumentError, match="dynamic"):
         hb.compile_train_step(JaxMLP(), mse, optim.SGD(lr=0.1), dynamic="batch")

@@ -109,9 +109,10 @@ def _split(batch: tuple[Any, ...], k: int, i: int) -> tuple[Any, ...]:
         if not isinstance(t, torch.Tensor):
             return t
         if t.dim() == 0 or t.shape[0] % k:
+            shape = tuple(d.node.hint if isinstance(d, torch.SymInt) else d for d in t.shape)
             raise ArgumentError(f"compile_train_step(accumulate={k}): every batch tensor's "
                                 f"first dimension must be a multiple of {k}; got shape "
-                                f"{tuple(t.shape)}")
+                                f"{shape}")
         n = t.shape[0] // k
         return t[i * n:(i + 1) * n]
     return pytree.tree_map(one, batch)  # type: ignore[no-any-return]

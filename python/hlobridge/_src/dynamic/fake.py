@@ -49,6 +49,11 @@ def symbolic_outputs(fn: Any, tensors: Sequence[torch.Tensor], jax_dtype: Any,
         for d, jd in zip(t.shape, js):
             if isinstance(d, torch.SymInt) and str(jd) in names:
                 torch_env.setdefault(str(jd), d)
+    shape_env = _shape_env(tensors)
+    for name, sym in names.items():  # a symbol only inside sizes (floordiv(s0, 2))
+        if name not in torch_env and shape_env is not None and sym in shape_env.var_to_val:
+            torch_env[name] = shape_env.create_symintnode(
+                sym, hint=int(shape_env.var_to_val[sym]))
     sds = [jax.ShapeDtypeStruct(s, jax_dtype(t.dtype))  # type: ignore[no-untyped-call]
            for s, t in zip(jshapes, tensors)]
     with jax.enable_x64(True) if x64 else contextlib.nullcontext():

@@ -35,7 +35,7 @@ import torch
 
 from hlobridge._src.dynamic.symbols import is_symbolic
 from hlobridge._src.entry_cache import MISS
-from hlobridge._src.errors import ArgumentError, ShapeAssertionError
+from hlobridge._src.errors import ArgumentError, DynamicShapeError, ShapeAssertionError
 
 __all__ = ["DynamicStep", "dynamic_dims", "paused_gc", "symbolic_inputs"]
 
@@ -160,7 +160,12 @@ class DynamicStep:
         names = [*names, *(r.name for r in self.random_inputs)]
         # make_fx names the step's inputs arg<k>_1: the DynamicGraph names
         # dimensions by them ("batch.0.shape[1]").
-        self.graph = DynamicGraph(gm, label, names)
+        try:
+            self.graph = DynamicGraph(gm, label, names)
+        except DynamicShapeError as e:
+            raise DynamicShapeError(f"{label} (compile_train_step with dynamic=...): {e}; "
+                                    f"compile_train_step(..., dynamic=False) traces each "
+                                    f"shape instead") from e
         self._guards = self.shape_env.produce_guards_expression(tensors, ignore_static=True)
         self._tensor_pos = [i for i, t in enumerate(fakes) if isinstance(t, torch.Tensor)]
         self._static = [(t.dtype, [None if is_symbolic(d) else int(d)
