@@ -7,7 +7,8 @@ Shapes (batch ``--batch``, default 8): depthwise 3x3/5x5/7x7 (ConvNeXt-T's
 7x7 at 56/28/14/7 with 96..768 channels, MobileNetV3-Large's depthwise
 layers, the issue's 8x16x16x16 7x7), grouped (ResNeXt), dilated, and
 ResNet-50's convolutions at 224x224 (7x7/2 stem, 1x1 and 3x3 at
-56/28/14/7, a strided 1x1 downsample).
+56/28/14/7, strided 1x1 downsamples, a strided 3x3), the MobileNetV3 and
+ConvNeXt stems and a ConvNeXt 2x2/2 downsample (kind ``stem``).
 
 Paths: ``fwd`` (no_grad forward) and, with ``--grad``, ``fwd+bwd`` (forward
 and backward for the input and weight gradients). The variants of one shape
@@ -78,6 +79,11 @@ def shapes() -> list[Shape]:
         ("r50-1x1-1024>256@14", "resnet", 1024, 256, 14, 1, 1, 0, 1, 1),
         ("r50-3x3-512@7", "resnet", 512, 512, 7, 3, 1, 1, 1, 1),
         ("r50-1x1-2048>512@7", "resnet", 2048, 512, 7, 1, 1, 0, 1, 1),
+        ("r50-1x1s2-512>1024@28", "resnet", 512, 1024, 28, 1, 2, 0, 1, 1),
+        ("r50-3x3s2-128@56", "resnet", 128, 128, 56, 3, 2, 1, 1, 1),
+        ("mbv3-stem-3x3s2-3>16@224", "stem", 3, 16, 224, 3, 2, 1, 1, 1),
+        ("convnext-stem-4x4s4-3>96@224", "stem", 3, 96, 224, 4, 4, 0, 1, 1),
+        ("convnext-ds-2x2s2-96>192@56", "stem", 96, 192, 56, 2, 2, 0, 1, 1),
     ]
     return s
 
@@ -151,7 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--only", default="", help="kinds (dw, grouped, dilated, resnet) or "
+    ap.add_argument("--only", default="", help="kinds (dw, grouped, dilated, resnet, stem) or "
                     "substrings of shape names, comma-separated")
     ap.add_argument("--grad", action="store_true", help="time forward + both gradients")
     ap.add_argument("--no-xla", action="store_true", help="skip the HLOBRIDGE_HOST_CONV=0 run")
