@@ -196,6 +196,13 @@ def _nan_rows(g: torch.Generator) -> torch.Tensor:
     return x
 
 
+def _svd_reduced_product(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The reduced SVD's shapes and ``U diag(S) Vh`` (singular vectors are
+    unique only up to sign)."""
+    u, s, vh = torch.linalg.svd(a, full_matrices=False)
+    return s, (u * s.unsqueeze(-2)) @ vh, u.abs().sum(-2), vh.abs().sum(-1)
+
+
 def _info_and_regular(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``inv_ex``'s ``info`` and the inverse of the (regular) first matrix
     (a singular matrix's "inverse" is whatever the algorithm leaves)."""
@@ -307,6 +314,9 @@ REGRESSIONS: dict[str, Case] = {
                            lambda g: (_r(g, 5, 5).double(),), False),
     "pinv_hermitian_reads_lower": (lambda a: torch.linalg.pinv(a, hermitian=True),
                                    lambda g: (_r(g, 2, 5, 5),), True),
+    "pinv_batched_tall_grad": (torch.linalg.pinv, lambda g: (_r(g, 2, 6, 4),), True),
+    "svd_reduced_batched": (_svd_reduced_product, lambda g: (_r(g, 2, 6, 4),), True),
+    "svd_reduced_wide": (_svd_reduced_product, lambda g: (_r(g, 4, 7),), True),
     "pinv_complex": (torch.linalg.pinv, lambda g: (_c(g, 4, 3),), False),
     "pinv_empty": (torch.linalg.pinv, lambda g: (_r(g, 0, 0),), False),
     "pinv_grad": (torch.linalg.pinv, lambda g: (_r(g, 4, 3),), True),

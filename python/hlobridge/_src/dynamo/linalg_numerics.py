@@ -178,7 +178,7 @@ def _tol(smax: torch.Tensor, atol: Any, rtol: Any) -> torch.Tensor:
     return tol
 
 
-def empty_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True, *,
+def empty_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool = True, *,
               driver: str | None = None) -> Any:
     """``_linalg_svd`` of empty matrices (module docs); ``None`` otherwise."""
     if a.numel() != 0:

@@ -263,26 +263,36 @@ def _with_int64_indices(op: Any, index_at: int) -> Callable[..., Any]:
     return decomp
 
 
-def _linalg_svd(a: torch.Tensor, full_matrices: bool = True, compute_uv: bool = True, *,
+def _linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool = True, *,
                 driver: str | None = None) -> Any:
-    """Batched SVD as one 2-D SVD per matrix, stacked."""
+    """Batched SVD as one 2-D SVD per matrix, stacked; the reduced SVD
+    (``full_matrices=False``, which torch_xla ignores) as the full one,
+    ``U``/``Vh`` cut to ``min(m, n)`` columns/rows; empty matrices:
+    :func:`linalg_numerics.empty_svd`."""
     op = _aten._linalg_svd.default
     empty = linalg_numerics.empty_svd(a, full_matrices, compute_uv, driver=driver)
     if empty is not None:
         return empty
-    if a.dim() <= 2 or _declines(op):
+    m, n = a.shape[-2], a.shape[-1]
+    reduce = compute_uv and not full_matrices and m != n
+    if (a.dim() <= 2 and not reduce) or _declines(op):
         return NotImplemented
     batch = tuple(a.shape[:-2])
-    flat = a.reshape(-1, *a.shape[-2:])
+    flat = a.reshape(-1, m, n)
     with _inner(op):
-        parts = [op(m, full_matrices, compute_uv, driver=driver) for m in flat.unbind(0)]
+        parts = [list(op(x, full_matrices or reduce, compute_uv, driver=driver))
+                 for x in flat.unbind(0)]
+    if reduce:
+        k = min(m, n)
+        for p in parts:
+            p[0], p[2] = p[0][:, :k], p[2][:k, :]
     outs = []
-    for k in range(3):
-        first = parts[0][k]
+    for j in range(3):
+        first = parts[0][j]
         if first.numel() == 0 and first.dim() == 1:  # compute_uv=False: empty U, Vh
             outs.append(first)
         else:
-            outs.append(torch.stack([p[k] for p in parts]).reshape(*batch, *first.shape))
+            outs.append(torch.stack([p[j] for p in parts]).reshape(*batch, *first.shape))
     return tuple(outs)
 
 
