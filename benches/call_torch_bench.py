@@ -70,6 +70,8 @@ ROWS = ("call_torch", "torchax", "torch2jax", "dlpack_hop", "pure_jax")
 
 
 def make_step(apply: Any) -> Any:
+    """``(tx, step)``: the jitted training step (next-token cross-entropy,
+    ``jax.value_and_grad``, ``optax.adamw``) of ``apply(params, ids) -> logits``."""
     tx = optax.adamw(1e-3, weight_decay=0.01)
 
     def loss(p: Any, ids: Any, y: Any) -> Any:

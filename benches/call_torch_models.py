@@ -7,7 +7,7 @@ use instead).
 - ``gpt2`` (the default): a zoo transformer at a useful size, Hugging Face
   ``GPT2LMHeadModel`` (the zoo's ``hf-gpt2`` architecture, random weights)
   with d 256, 4 layers, 4 heads, vocabulary 8192, batch 4, sequence 128
-  (about 5.4M parameters, tied embedding and head);
+  (5.3M parameters, tied embedding and head);
 - ``lm`` (``--quick``): a small LM, embedding, 2 post-LN
   ``nn.TransformerEncoderLayer`` s (d 128, 4 heads, FF 512), head,
   vocabulary 512, batch 8, sequence 64.
