@@ -7,12 +7,11 @@ transformer, the torch model called each of these ways, in one run (issue
 - ``torchax``: torchax's ``JittableModule`` (``functional_call`` under
   ``torch_view`` / ``jax_view``): torch ops re-implemented in JAX while JAX
   traces;
-- ``torch2jax``: ``torch2jax.t2j`` (PyPI ``torch2jax`` 0.1.0, which is
-  samuela/torch2jax, a ``__torch_function__`` re-implementation; the
-  FFI-callback torch2jax the issue names is the ``dlpack_hop`` design). It
-  does not run either model: ``NotImplementedError: Unhandled function
-  call: torch.nn.functional.embedding`` (both start with an embedding);
-  the row records the error;
+- ``torch2jax``: rdyro/torch2jax (PyPI ``wrap-torch2jax``):
+  ``torch2jax(fn, *example_args, depth=1)``, eager torch through an XLA FFI
+  custom call of its C++ extension (compiled on first use with torch's
+  ``cpp_extension``, cached under ``~/.cache/torch2jax``), its VJP a second
+  FFI call running ``torch.func.vjp``;
 - ``dlpack_hop``: eager torch from inside the jitted step through
   ``jax.pure_callback`` (forward, and torch autograd for the backward),
   arrays handed over zero-copy where possible: the callback bridges' design;
@@ -93,15 +92,16 @@ def _error(e: BaseException) -> str:
     return msg.split("(*(")[0][:200]
 
 
-def appliers(bm: BenchModel, params: dict[str, Any], rows: set[str] | None = None
-             ) -> dict[str, Any]:
+def appliers(bm: BenchModel, params: dict[str, Any], ids: Any,
+             rows: set[str] | None = None) -> dict[str, Any]:
     """Each row's ``apply(params, ids)`` (of ``rows``, default all), or the
-    reason it cannot be made."""
+    reason it cannot be made; ``ids``: the step's input (torch2jax bakes in
+    its shape)."""
     apply_ct, _ = hb.torch_module(bm.module, forward=bm.forward)
     makers = {
         "call_torch": lambda: apply_ct,
         "torchax": lambda: torchax_apply(bm),
-        "torch2jax": lambda: torch2jax_apply(bm, params),
+        "torch2jax": lambda: torch2jax_apply(bm, params, ids),
         "dlpack_hop": lambda: dlpack_hop(bm, list(params)),
         "pure_jax": lambda: bm.jax_apply,
     }
@@ -141,7 +141,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {}
     wanted = set(args.rows.split(",")) | {"pure_jax"}
     rows = {k: v for k, v in rows.items() if k in wanted}
-    for k, apply in appliers(bm, params, wanted).items():
+    for k, apply in appliers(bm, params, ids, wanted).items():
         row = rows[k]
         if isinstance(apply, str):
             row["error"] = apply
@@ -220,7 +220,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"`{r['command']}` ({r['wall_s']:.0f} s). CPU ms/step: the process's CPU time "
         f"per step (all threads; median), steadier than wall time on a loaded machine. dots: `dot` ops in the optimized "
         f"step (all computations); fusions: top-level fusions; GB accessed: XLA's cost "
-        f"analysis (the `dlpack_hop` row's torch work runs outside the program).", "",
+        f"analysis (the `torch2jax` and `dlpack_hop` rows' torch work runs outside the "
+        f"program).", "",
         "| variant | ms/step | p10-p90 ms | vs pure JAX (median) | vs pure JAX (p10) "
         "| CPU ms/step | CPU vs pure JAX | first step s (compile) | dots | fusions "
         "| GB accessed | forward vs eager torch |",

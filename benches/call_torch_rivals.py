@@ -7,13 +7,18 @@ records the error as the row's reason.
   ``jax.pure_callback`` (forward; the backward is a second callback running
   torch autograd), arrays handed over without copies where possible (numpy
   views of JAX's buffers, ``torch.from_numpy``): the design of callback
-  bridges (jax2torch, torch_jax_interop, the FFI-callback torch2jax);
+  bridges (jax2torch, torch_jax_interop);
 - :func:`torchax_apply`: torchax's ``JittableModule.functional_call`` with
   ``torch_view`` / ``jax_view`` (torchax runs each aten op as its JAX
   re-implementation while JAX traces; needs flax, from
   ``benches/requirements.txt``);
-- :func:`torch2jax_apply`: ``torch2jax.t2j`` (PyPI's ``torch2jax``, a
-  ``__torch_function__`` re-implementation of torch functions in JAX).
+- :func:`torch2jax_apply`: rdyro/torch2jax (PyPI ``wrap-torch2jax``):
+  ``torch2jax(fn, *example_args, depth=1)`` runs eager torch from inside the
+  jitted step through an XLA FFI custom call of its own C++ extension
+  (buffers handed to torch without copies), with a custom VJP whose
+  backward is a second FFI call running ``torch.func.vjp``. The extension
+  is compiled with torch's ``cpp_extension`` (ninja and a C++ compiler) on
+  first use and cached under ``~/.cache/torch2jax``.
 """
 
 from __future__ import annotations
@@ -97,18 +102,25 @@ def torchax_apply(bm: BenchModel) -> Any:
     return apply
 
 
-def torch2jax_apply(bm: BenchModel, params: dict[str, Any]) -> Any:
-    """``torch2jax.t2j`` of the module, fed the full state dict (tied
-    weights under every name)."""
-    from torch2jax import t2j
+def torch2jax_apply(bm: BenchModel, params: dict[str, Any], ids: Any) -> Any:
+    """rdyro/torch2jax's ``torch2jax`` of ``functional_call`` over the
+    module, its VJP (first order: ``depth=1``) from ``torch.func.vjp``.
+    ``ids``: an example input (its shape and dtype are baked in)."""
+    import os
+    import sys
 
-    f = t2j(_Forward(bm))
-    sd_names = list(bm.module.state_dict())
-    alias = {n: n for n in params}
-    for n, t in bm.module.state_dict(keep_vars=True).items():
-        if n not in alias:  # a tied weight: the name it is stored under
-            alias[n] = next(k for k, v in bm.module.named_parameters() if v is t)
-    def apply(p: dict[str, Any], ids: Any) -> Any:
-        return f(ids, state_dict={"inner." + n: p[alias[n]] for n in sd_names})
+    # cpp_extension runs `ninja` (a bench-only dependency installed into the
+    # venv's bin): make it findable when the venv is not activated.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+    from wrap_torch2jax import torch2jax
 
-    return apply
+    model = _Forward(bm)
+    names = list(params)
+
+    def fn(p: dict[str, torch.Tensor], ids_t: torch.Tensor) -> torch.Tensor:
+        state = {"inner." + n: p[n] for n in names}
+        return torch.func.functional_call(model, state, (ids_t.long(),))
+
+    example = ({n: torch.from_numpy(np.array(v)) for n, v in params.items()},
+               torch.from_numpy(np.array(ids)))
+    return torch2jax(fn, *example, depth=1)
