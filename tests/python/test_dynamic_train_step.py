@@ -32,6 +32,7 @@ from hlobridge import _native, optim
 from hlobridge._src import dynamic
 from hlobridge._src.dynamic import step as dynamic_step
 from model_zoo.accuracy import check_statistical
+from test_train_step import ConvBN, ce
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 TOL = dict(rtol=1e-3, atol=1e-4)
@@ -152,6 +153,8 @@ def train_against_eager(model: torch.nn.Module, hb_opt: Any,
     for (name, p), q32, q64 in zip(model.named_parameters(), m32.parameters(), m64.parameters()):
         check_statistical(p, q32, q64, TOL, f"seed={SEED} {name} after {len(batches)} steps",
                           start=start[name])
+    for (name, b), c32, c64 in zip(model.named_buffers(), m32.buffers(), m64.buffers()):
+        check_statistical(b, c32, c64, TOL, f"seed={SEED} buffer {name}")
     return step, compiles
 
 
@@ -172,6 +175,19 @@ def test_mlp_variable_batch_one_trace_one_lowering() -> None:
     (graph,) = step.graphs
     assert "tensor<?x16xf32>" in graph.text and "shape_assertion" in graph.text
     assert len(graph.programs) == len(sizes)
+
+
+def test_conv_batchnorm_variable_batch() -> None:
+    """Convolutions and BatchNorm (running statistics written back) with
+    a varying batch: one trace; parameters and buffers match eager."""
+    before = snapshot()
+    step, _ = train_against_eager(
+        ConvBN(), None, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.5), ce,
+        [(torch.randn(b, 3, 8, 8), torch.randint(0, 5, (b,))) for b in (4, 6, 3, 9)],
+    )
+    d = delta(before)
+    assert d["traces"] == 1 and d["lowerings"] == 1 and d["refinements"] == 4, d
+    assert len(step.graphs) == 1
 
 
 def test_transformer_lm_variable_batch_and_sequence_with_adamw() -> None:

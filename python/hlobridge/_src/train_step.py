@@ -55,7 +55,12 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from hlobridge._src.errors import ArgumentError, BridgeError, DataDependentError
+from hlobridge._src.errors import (
+    ArgumentError,
+    BridgeError,
+    DataDependentError,
+    DynamicShapeError,
+)
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.optim import Optimizer
 from hlobridge._src.torch_optim import TorchOptimizer
@@ -449,46 +454,67 @@ class TrainStep:
         # The caller's autocast is re-entered around loss_fn only (run_loss):
         # the backward and the update run as eager's do, outside it.
         dims = self._dims
-        args: list[Any] = flat
-        if dims is not None:
-            # dynamic=: the batch's sizes symbolic (hlobridge._src.dynamic.step).
-            from hlobridge._src.dynamic.step import symbolic_inputs
-
-            args = symbolic_inputs(flat, len(flat) - batch_spec.num_leaves, dims)
         mode = "fake" if dims is None else "symbolic"
-        from hlobridge._src.dynamic.step import paused_gc
+        from hlobridge._src.dynamic.step import paused_gc, pinned_dims, symbolic_inputs
 
-        try:
-            with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False), \
-                    (paused_gc() if dims is not None else contextlib.nullcontext()):
-                raw = make_fx(step, decomposition_table=decompositions(),
-                              tracing_mode=mode)(*args)
-                gm = make_fx(functionalize(raw, remove="mutations_and_views"),
-                             tracing_mode=mode)(*args)
-        except _data_dependent_errors() as e:
-            raise DataDependentError(
-                f"compile_train_step ({self.name}): the step depends on tensor values "
-                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). A "
-                f"captured step is one program for all values: replace Python control flow "
-                f"on tensors (`if loss > x`, `.item()`, `.tolist()`, boolean-mask indexing, "
-                f"nonzero) with tensor ops such as torch.where / masking by multiplication, "
-                f"or move the decision out of the step (compute it eagerly and pass it in "
-                f"the batch, or pick between two compiled steps)") from e
-        if dp is not None:
-            _drop_input_shaped_copies(gm)
-        _lift_buffer_mutations(gm, n_p, bnames, mutated)
-        n_out = out_box[0].num_leaves if out_box else n_state
+        def trace(args: list[Any]) -> torch.fx.GraphModule:
+            try:
+                with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False), \
+                        (paused_gc() if dims is not None else contextlib.nullcontext()):
+                    raw = make_fx(step, decomposition_table=decompositions(),
+                                  tracing_mode=mode)(*args)
+                    return make_fx(functionalize(raw, remove="mutations_and_views"),
+                                   tracing_mode=mode)(*args)
+            except _data_dependent_errors() as e:
+                raise DataDependentError(
+                    f"compile_train_step ({self.name}): the step depends on tensor values "
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}). A "
+                    f"captured step is one program for all values: replace Python control "
+                    f"flow on tensors (`if loss > x`, `.item()`, `.tolist()`, boolean-mask "
+                    f"indexing, nonzero) with tensor ops such as torch.where / masking by "
+                    f"multiplication, or move the decision out of the step (compute it "
+                    f"eagerly and pass it in the batch, or pick between two compiled "
+                    f"steps)") from e
+
         # The step's inputs by name, for hb.viz and the shape errors.
         names = [*pnames, *bnames, *(f"opt_state.{i}" for i in range(n_state)),
                  *(f"hyper.{i}" for i in range(n_hyper)),
                  *(f"batch.{i}" for i in range(len(flat) - n_p - n_b - n_state - n_hyper))]
-        if dims is not None:
-            from hlobridge._src.dynamic.step import DynamicStep
 
-            graph: Any = DynamicStep(gm, self.name, names, args)
-        else:
+        def finish(gm: torch.fx.GraphModule) -> None:
+            mutated.clear()
+            if dp is not None:
+                _drop_input_shaped_copies(gm)
+            _lift_buffer_mutations(gm, n_p, bnames, mutated)
+
+        graph: Any
+        if dims is None:
+            gm = trace(flat)
+            finish(gm)
             graph = compile_graph(gm, self.name)
             name_inputs(graph, names, aot=False)
+        else:
+            # dynamic=: the batch's sizes symbolic (hlobridge._src.dynamic.step).
+            from hlobridge._src.dynamic.step import DynamicStep
+
+            n_fixed = len(flat) - batch_spec.num_leaves
+            args = symbolic_inputs(flat, n_fixed, dims)
+            gm = trace(args)
+            finish(gm)
+            try:
+                graph = DynamicStep(gm, self.name, names, args)
+            except DynamicShapeError:
+                # Sizes the step ties to constants by an equation JAX cannot
+                # prove (an image's height x width flattened into a Linear):
+                # traced again with those sizes static.
+                pinned = pinned_dims(args)
+                if not pinned:
+                    raise
+                args = symbolic_inputs(flat, n_fixed, dims, static=pinned)
+                gm = trace(args)
+                finish(gm)
+                graph = DynamicStep(gm, self.name, names, args)
+        n_out = out_box[0].num_leaves if out_box else n_state
         return _Traced(graph=graph, state_spec=state_spec,
                        key=None if dims is None else (batch_spec, state_spec, structure),
                        n_state_out=n_out, out_state_spec=out_box[0] if out_box else None,

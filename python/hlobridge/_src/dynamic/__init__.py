@@ -13,7 +13,9 @@ backend builds a :class:`~hlobridge._src.dynamic.graph.DynamicGraph`:
   compiled through the compile cache;
 - :mod:`.fake`: ``call_jax``'s symbolic output sizes while Dynamo traces;
 - :mod:`.guard`: AOTAutograd's trace of a symbolic graph with the cyclic
-  garbage collector paused.
+  garbage collector paused;
+- :mod:`.step`: ``compile_train_step(..., dynamic=...)``, the whole training
+  step traced once with symbolic batch sizes onto one ``DynamicGraph``.
 """
 
 from __future__ import annotations

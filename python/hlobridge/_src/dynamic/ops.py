@@ -67,11 +67,32 @@ def _convert_element_type(x: Any, dtype: Any) -> Any:
     return x.astype(mappings.t2j_dtype(dtype))
 
 
-def _extras() -> dict[Any, Any]:
-    """Ops the decompositions emit that torchax's table lacks."""
+def _convolution_backward(grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
+                          padding: Any, dilation: Any, transposed: bool, output_padding: Any,
+                          groups: int, output_mask: Any) -> tuple[Any, Any, Any]:
+    """``aten.convolution_backward`` (training a convolution): JAX's VJP of
+    torchax's ``aten.convolution``; the bias gradient sums over all but the
+    channel axis."""
+    import jax
     import torch
 
-    return {torch.ops.prims.convert_element_type.default: _convert_element_type}
+    conv = lookup_op(torch.ops.aten.convolution.default)
+
+    def f(a: Any, b: Any) -> Any:
+        return conv(a, b, None, stride, padding, dilation, transposed, output_padding, groups)
+
+    gx, gw = jax.vjp(f, x, w)[1](grad)
+    gb = grad.sum(axis=(0, *range(2, grad.ndim))) if output_mask[2] else None
+    return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
+
+
+def _extras() -> dict[Any, Any]:
+    """Ops the graphs hold (from the decompositions, or autograd's
+    ``convolution_backward``) that torchax's table lacks."""
+    import torch
+
+    return {torch.ops.prims.convert_element_type.default: _convert_element_type,
+            torch.ops.aten.convolution_backward.default: _convolution_backward}
 
 
 def lookup_op(target: Any) -> Any:

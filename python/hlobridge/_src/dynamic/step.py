@@ -19,7 +19,15 @@ shaping does; sizes 0 and 1 specialised). ``make_fx`` traces the step on them
   needs ``s0*s1 == s2``, the first call's equal sizes), checked by
   :meth:`DynamicStep.admits` for every new concrete signature. Where they do
   not hold, the caller traces again (a second symbolic trace) instead of
-  running a program that was traced for other sizes.
+  running a program that was traced for other sizes; where that trace fails
+  and the sizes left a value range of the first (a sequence longer than a
+  position table), :meth:`DynamicStep.violation` gives the
+  :class:`~hlobridge.errors.ShapeAssertionError` naming the dimension.
+
+Where the lowering fails because the trace tied sizes to constants by an
+equation JAX cannot prove (an image's height x width flattened into a
+``Linear``), :func:`pinned_dims` names those sizes and the step is traced
+once more with them static.
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ from hlobridge._src.dynamic.symbols import is_symbolic
 from hlobridge._src.entry_cache import MISS
 from hlobridge._src.errors import ArgumentError, DynamicShapeError, ShapeAssertionError
 
-__all__ = ["DynamicStep", "dynamic_dims", "paused_gc", "symbolic_inputs"]
+__all__ = ["DynamicStep", "dynamic_dims", "paused_gc", "pinned_dims", "symbolic_inputs"]
 
 counters = {"traces": 0}
-"""Process-wide: symbolic traces of train steps (tests read it)."""
+"""Process-wide: symbolic traces of train steps that became a
+:class:`DynamicStep` (tests read it; a trace whose lowering failed and was
+retaken with some sizes pinned static by :func:`pinned_dims` counts once)."""
 
 
 def dynamic_dims(dynamic: Any) -> tuple[int, ...] | None:
@@ -61,12 +71,12 @@ def dynamic_dims(dynamic: Any) -> tuple[int, ...] | None:
                         f"dimensions that vary (e.g. dynamic=(0, 1)), got {dynamic!r}")
 
 
-def symbolic_inputs(flat: Sequence[torch.Tensor], n_fixed: int, dims: tuple[int, ...]
-                    ) -> list[torch.Tensor]:
+def symbolic_inputs(flat: Sequence[torch.Tensor], n_fixed: int, dims: tuple[int, ...],
+                    static: frozenset[tuple[int, int]] = frozenset()) -> list[torch.Tensor]:
     """Fake tensors for ``flat`` in one new shape environment: the first
     ``n_fixed`` (parameters, buffers, optimizer state, hyperparameters)
     static, the batch tensors with the dimensions ``dims`` (``()``: all)
-    symbolic."""
+    symbolic, except the ``(input, axis)`` pairs in ``static``."""
     from torch._dynamo.source import ConstantSource
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import (
@@ -83,7 +93,7 @@ def symbolic_inputs(flat: Sequence[torch.Tensor], n_fixed: int, dims: tuple[int,
             out.append(t)
             continue
         dyn = [DimDynamic.DYNAMIC if i >= n_fixed and (not dims or a in dims)
-               else DimDynamic.STATIC for a in range(t.dim())]
+               and (i, a) not in static else DimDynamic.STATIC for a in range(t.dim())]
         ctx = StatelessSymbolicContext(dynamic_sizes=dyn)  # type: ignore[arg-type]
         fake = mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=ctx)
         for a, d in enumerate(fake.shape):
@@ -96,8 +106,32 @@ def symbolic_inputs(flat: Sequence[torch.Tensor], n_fixed: int, dims: tuple[int,
             if same is not d:
                 torch._check(d == same)
         out.append(fake)
-    counters["traces"] += 1
     return out
+
+
+def pinned_dims(fakes: Sequence[Any]) -> frozenset[tuple[int, int]]:
+    """The ``(input, axis)`` of every symbolic size that a guard of the
+    trace ties to others by an equation the shape environment could not
+    solve (``Eq(6*s1*s2, 384)``: an image's height and width flattened into
+    a Linear): where JAX cannot prove such an equation and the lowering
+    fails, those sizes are traced again as static (``dynamic=True`` on
+    every dimension of an image batch)."""
+    env = next((t.fake_mode.shape_env for t in fakes if hasattr(t, "fake_mode")), None)
+    if env is None:
+        return frozenset()
+    tied: set[sympy.Symbol] = set()
+    for g in env.guards:
+        # With the sizes pinned so far at their values, is it still an
+        # equation (Eq(384*s0, 6*s0*s1*s2) is not, once s1 and s2 are)?
+        e = env.simplify(g.expr).subs({s: env.var_to_val[s] for s in tied})
+        if isinstance(e, sympy.Eq):
+            tied |= e.free_symbols  # type: ignore[arg-type]
+    out = set()
+    for i, t in enumerate(fakes):
+        for a, d in enumerate(t.shape if isinstance(t, torch.Tensor) else ()):
+            if is_symbolic(d) and d.node.expr.free_symbols & tied:
+                out.add((i, a))
+    return frozenset(out)
 
 
 @contextlib.contextmanager
@@ -166,6 +200,7 @@ class DynamicStep:
             raise DynamicShapeError(f"{label} (compile_train_step with dynamic=...): {e}; "
                                     f"compile_train_step(..., dynamic=False) traces each "
                                     f"shape instead") from e
+        counters["traces"] += 1
         self._guards = self.shape_env.produce_guards_expression(tensors, ignore_static=True)
         self._tensor_pos = [i for i, t in enumerate(fakes) if isinstance(t, torch.Tensor)]
         self._static = [(t.dtype, [None if is_symbolic(d) else int(d)
