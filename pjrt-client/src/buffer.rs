@@ -472,6 +472,65 @@ impl Client {
         self.buffer_from_host_bytes(as_bytes(data), T::TYPE, dims, device)
     }
 
+    /// Creates a buffer over existing host memory at `ptr` that an
+    /// execution may also write in place: `PJRT_Client_BufferFromHostBuffer`
+    /// with `kMutableZeroCopy`, so a donated argument aliased to an output
+    /// (`tf.aliasing_output`) is updated in that memory. (A view made by
+    /// [`Client::create_view`] is read-only to the CPU plugin: donating it
+    /// makes the plugin copy it into a fresh output buffer.) Whether the
+    /// plugin really used the memory is for the caller to check
+    /// ([`Buffer::unsafe_pointer`]); it may copy instead. `on_done` runs once
+    /// the plugin no longer uses the memory (`done_with_host_buffer`); if
+    /// that cannot be observed, `on_done` is leaked (never run).
+    ///
+    /// # Safety
+    /// `ptr` must point to host memory valid for the array's dense size,
+    /// 64-byte aligned, which stays alive until `on_done` runs and which no
+    /// one else writes or frees while the buffer (or an output it was
+    /// donated to) exists.
+    pub unsafe fn create_mutable_view(
+        &self,
+        ptr: *mut c_void,
+        dtype: ElementType,
+        dims: &[i64],
+        device: Option<&Device>,
+        on_done: OnDelete,
+    ) -> Result<Buffer> {
+        check_dims(dims)?;
+        if ptr.is_null() {
+            return Err(Error::InvalidArgument(
+                "null pointer for a mutable host buffer".into(),
+            ));
+        }
+        if matches!(dtype, ElementType::Invalid | ElementType::Token) {
+            return Err(Error::UnsupportedType(dtype));
+        }
+        let mut a = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
+        a.client = self.raw();
+        a.data = ptr as *const c_void;
+        a.type_ = dtype.to_raw();
+        a.dims = dims.as_ptr();
+        a.num_dims = dims.len();
+        a.host_buffer_semantics = ffi::PJRT_HostBufferSemantics_kMutableZeroCopy;
+        a.device = self.pick_device(device)?;
+        // SAFETY: the caller guarantees `ptr` as documented; `dims` outlives
+        // the call.
+        unsafe { pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut a)? };
+        let buf = Buffer::from_raw(self.clone(), a.buffer);
+        let done = Event::from_raw(self.plugin().clone(), a.done_with_host_buffer);
+        if let Err(e) = done.on_ready_run(on_done) {
+            // `on_done` is leaked: the memory's owner is never released, so
+            // the memory stays valid for the buffer, which is dropped here.
+            tracing::warn!(error = %e, "done_with_host_buffer cannot be observed");
+            return Err(e);
+        }
+        let _ = buf.inner.meta.set(Meta {
+            dtype,
+            dims: Dims::from_slice(dims),
+        });
+        Ok(buf)
+    }
+
     /// Creates a buffer that aliases existing memory at `ptr`
     /// (`PJRT_Client_CreateViewOfDeviceBuffer`). On CPU, host memory aligned
     /// to 64 bytes is used without copying. `on_delete` runs once the plugin

@@ -151,6 +151,34 @@ impl Event {
         true
     }
 
+    /// Runs `f` once the event has completed (successfully or not), on
+    /// whatever thread completes it (now, if it already has; a null event
+    /// counts as completed). If the plugin cannot register the callback, `f`
+    /// is leaked (never run, never dropped: what it keeps alive stays alive)
+    /// and the error is returned.
+    pub(crate) fn on_ready_run(&self, f: crate::buffer::OnDelete) -> Result<()> {
+        if self.raw.is_null() {
+            f();
+            return Ok(());
+        }
+        let slot = Box::new(ReadyRun {
+            run: f,
+            plugin: self.plugin.clone(),
+        });
+        let mut a = ffi::PJRT_Event_OnReady_Args::new();
+        a.event = self.raw;
+        a.callback = Some(on_ready_run);
+        a.user_arg = Box::into_raw(slot) as *mut c_void;
+        // SAFETY: valid owned event; `user_arg` is a leaked box the callback
+        // takes back (it runs exactly once).
+        if let Err(e) = unsafe { pjrt_call!(self.plugin.api(), PJRT_Event_OnReady, &mut a) } {
+            // The callback was not registered: the box stays leaked, so
+            // whatever `f` holds is never released.
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Whether the event has completed (successfully or not).
     pub fn is_ready(&self) -> Result<bool> {
         if self.raw.is_null() {
@@ -173,6 +201,29 @@ pub enum Completion {
     /// `PJRT_Event_IsReady`, `PJRT_Event_OnReady` and `PJRT_Event_Await`:
     /// the operation may still be running. The error of the last attempt.
     Unknown(crate::error::Error),
+}
+
+/// What [`Event::on_ready_run`]'s callback runs.
+struct ReadyRun {
+    run: crate::buffer::OnDelete,
+    plugin: Plugin,
+}
+
+/// `PJRT_Event_OnReadyCallback` of [`Event::on_ready_run`]: destroys the
+/// error (if any) and runs the closure, never unwinding into the plugin.
+unsafe extern "C" fn on_ready_run(error: *mut ffi::PJRT_Error, user_arg: *mut c_void) {
+    // SAFETY: `user_arg` is the box `on_ready_run` leaked for this one call.
+    let slot = unsafe { Box::from_raw(user_arg as *mut ReadyRun) };
+    let ReadyRun { run, plugin } = *slot;
+    let done = catch_unwind(AssertUnwindSafe(move || {
+        if !error.is_null() {
+            plugin.api().destroy_error(error);
+        }
+        run();
+    }));
+    if done.is_err() {
+        tracing::error!("event on-ready closure panicked");
+    }
 }
 
 /// What an event's `OnReady` callback sets (see [`Event::wait`]).

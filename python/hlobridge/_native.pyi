@@ -241,12 +241,15 @@ class GraphCall:
         exe: Executable,
         segments: object,
         platform: str,
+        aliases: Sequence[tuple[int, int]] = ...,
     ) -> None:
         """``picks``: graph input position of each program input, with its
         ``dtypes``, ``shapes`` (and ``codes``, constants' included);
         ``constants``: dense tensors appended after them; ``outputs``: per
         graph output, ``j >= 0`` (program result ``j``), ``-1 - i`` (graph
-        input ``i``) or ``None``."""
+        input ``i``) or ``None``; ``aliases``: ``(k, j)``, program input
+        ``k`` marked ``tf.aliasing_output = j`` and donated (written in
+        place; the call returns the input for result ``j`` when it was)."""
     @property
     def calls(self) -> int:
         """Calls served."""

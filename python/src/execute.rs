@@ -175,11 +175,26 @@ pub(crate) fn run_counted(
     exe: &pjrt_client::LoadedExecutable,
     inputs: Vec<Input>,
 ) -> PyResult<Ran> {
+    run_counted_donating(py, exe, inputs, &[])
+}
+
+/// [`run_counted`], letting PJRT donate the inputs at positions `donate`
+/// to the outputs the program aliases them to: such an input that is
+/// viewed becomes a mutable zero-copy buffer
+/// (`Client::create_mutable_view`), so its memory is written in place (see
+/// `crate::graphcall`). The caller guarantees that each donated input's
+/// memory overlaps no other input's.
+pub(crate) fn run_counted_donating(
+    py: Python<'_>,
+    exe: &pjrt_client::LoadedExecutable,
+    inputs: Vec<Input>,
+    donate: &[usize],
+) -> PyResult<Ran> {
     // A program compiled before this process was forked cannot run here.
     crate::runtime::check_client(exe.client())?;
     let n = inputs.len();
     let mut ran = py
-        .allow_threads(move || run(exe, inputs))
+        .allow_threads(move || run(exe, inputs, donate))
         .map_err(pjrt_to_py)?;
     // Dropped with the GIL held: if PJRT releases the views now, the
     // owners' references are released right away.
@@ -192,15 +207,36 @@ pub(crate) fn run_counted(
     Ok(ran)
 }
 
-fn run(exe: &pjrt_client::LoadedExecutable, inputs: Vec<Input>) -> pjrt_client::Result<Ran> {
+fn run(
+    exe: &pjrt_client::LoadedExecutable,
+    inputs: Vec<Input>,
+    donate: &[usize],
+) -> pjrt_client::Result<Ran> {
     let t0 = Instant::now();
     let client = exe.client();
     let mut bufs = Vec::with_capacity(inputs.len());
     let mut views = Vec::new();
     let mut copies = 0;
     let mut copied_bytes = 0;
-    for inp in inputs {
+    for (k, inp) in inputs.into_iter().enumerate() {
         let buf = match inp.owner {
+            Some(owner) if donate.contains(&k) => {
+                let keep = move || drop(owner);
+                // SAFETY: as for a view below; the caller also guarantees
+                // that no other input overlaps this memory, which the
+                // program may write in place once the buffer is donated.
+                let b = unsafe {
+                    client.create_mutable_view(
+                        inp.ptr as *mut c_void,
+                        inp.dtype,
+                        &inp.dims,
+                        None,
+                        Box::new(keep),
+                    )?
+                };
+                views.push(b.clone());
+                b
+            }
             Some(owner) => {
                 let keep = move || drop(owner);
                 // SAFETY: the caller guarantees `ptr` is valid, dense host
@@ -236,7 +272,15 @@ fn run(exe: &pjrt_client::LoadedExecutable, inputs: Vec<Input>) -> pjrt_client::
         bufs.push(buf);
     }
     let refs: Vec<&Buffer> = bufs.iter().collect();
-    let outs = exe.execute(&refs)?;
+    let outs = if donate.is_empty() {
+        exe.execute(&refs)?
+    } else {
+        let opts = pjrt_client::ExecuteOptions {
+            donation: pjrt_client::Donation::Only(donate),
+            ..Default::default()
+        };
+        exe.execute_with(&refs, &opts)?
+    };
     let mut pointers = Vec::with_capacity(outs.len());
     let mut outputs = Vec::with_capacity(outs.len());
     for o in &outs {

@@ -20,6 +20,18 @@
 //! 4. imports the outputs with torch's DLPack importer and builds the output
 //!    list, and stores the receipt natively ([`crate::receipt::set_fast`]).
 //!
+//! Mutated inputs written in place: a graph output that is the new value
+//! of a mutated graph input (AOTAutograd's functionalized `copy_`, e.g. a
+//! static KV cache's `index_copy_`) can be registered as an alias `(k, j)`:
+//! the program marks input `k` `tf.aliasing_output = j`, and the call lets
+//! PJRT donate that input's zero-copy view, so the program writes result
+//! `j` into the tensor's own memory instead of a fresh buffer. Only where
+//! result `j`'s buffer then starts at the input's address (XLA honoured the
+//! alias) does the output list hold the input tensor itself, whose
+//! `copy_` onto itself AOTAutograd's epilogue skips; otherwise result `j`
+//! is returned as usual. An input that was copied (unaligned) or whose
+//! memory overlaps another input's is never donated.
+//!
 //! Anything else (another dtype, shape, density or device, a tensor
 //! subclass, fewer arguments) returns the `MISS` sentinel of
 //! [`crate::fastcall`] without side effects, and Python takes the general
@@ -33,7 +45,7 @@
 //! raises the same `ForkError` as every other execution in the child.
 
 use crate::executable::{Compiled, Executable};
-use crate::execute::{run_counted, Input, VIEW_ALIGNMENT};
+use crate::execute::{run_counted_donating, Input, VIEW_ALIGNMENT};
 use crate::fastcall::{guards, refs, tensor_input, torch_mode_active};
 use crate::receipt::{self, FastReceipt};
 use crate::stats;
@@ -77,6 +89,9 @@ pub struct GraphCall {
     nbytes: Vec<usize>,
     constants: Vec<Constant>,
     slots: Vec<Slot>,
+    /// `(k, j)`: program input `k` (a pick) aliased to program result `j`
+    /// (see the module docs).
+    aliases: Vec<(usize, usize)>,
     compiled: Arc<Compiled>,
     segments: PyObject,
     platform: PyObject,
@@ -139,6 +154,25 @@ fn matches(a: &Bound<'_, PyAny>, dtype: &PyObject, dims: &[i64]) -> bool {
     .unwrap_or(false)
 }
 
+impl GraphCall {
+    /// The aliases whose input may be donated on this call: a zero-copy
+    /// view (not a copy) of memory that no other input overlaps.
+    fn donatable(&self, inputs: &[Input]) -> Vec<(usize, usize)> {
+        let overlaps = |k: usize| {
+            let (a, n) = (inputs[k].ptr, inputs[k].nbytes);
+            inputs
+                .iter()
+                .enumerate()
+                .any(|(m, o)| m != k && o.nbytes > 0 && o.ptr < a + n && a < o.ptr + o.nbytes)
+        };
+        self.aliases
+            .iter()
+            .copied()
+            .filter(|&(k, _)| inputs[k].owner.is_some() && inputs[k].nbytes > 0 && !overlaps(k))
+            .collect()
+    }
+}
+
 #[pymethods]
 impl GraphCall {
     /// `picks`: graph input position of each program input; `dtypes`,
@@ -146,9 +180,10 @@ impl GraphCall {
     /// `constants`: the program's constant tensors (dense), appended after
     /// them; `outputs`: per graph output, `j >= 0` for program result `j`,
     /// `-1 - i` for graph input `i`, `None` for `None`; the executable, the
-    /// receipt's segments tuple and the platform name.
+    /// receipt's segments tuple and the platform name; `aliases`: `(k, j)`
+    /// pairs, program input `k` (a pick) written in place as result `j`.
     #[new]
-    #[pyo3(signature = (picks, dtypes, codes, shapes, constants, outputs, exe, segments, platform))]
+    #[pyo3(signature = (picks, dtypes, codes, shapes, constants, outputs, exe, segments, platform, aliases=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -161,8 +196,15 @@ impl GraphCall {
         exe: &Bound<'_, Executable>,
         segments: PyObject,
         platform: PyObject,
+        aliases: Vec<(usize, usize)>,
     ) -> PyResult<Self> {
         let n = picks.len();
+        let num_outputs = exe.get().inner.exe.num_outputs();
+        if let Some(&(k, j)) = aliases.iter().find(|&&(k, j)| k >= n || j >= num_outputs) {
+            return Err(crate::errors::ArgumentError::new_err(format!(
+                "GraphCall: alias ({k}, {j}) out of range ({n} picks, {num_outputs} results)"
+            )));
+        }
         if dtypes.len() != n || shapes.len() != n || codes.len() != n + constants.len() {
             return Err(crate::errors::ArgumentError::new_err(format!(
                 "GraphCall: {n} picks, {} dtypes, {} shapes, {} codes for {} constants",
@@ -207,6 +249,7 @@ impl GraphCall {
             nbytes,
             constants: consts,
             slots,
+            aliases,
             compiled: exe.get().inner.clone(),
             segments,
             platform,
@@ -271,12 +314,27 @@ impl GraphCall {
                 owner: view.then(|| c.storage.clone_ref(py)),
             });
         }
-        let mut ran = run_counted(py, &self.compiled.exe, inputs)?;
+        let donate = self.donatable(&inputs);
+        let donated_ptrs: Vec<(usize, usize)> =
+            donate.iter().map(|&(k, j)| (inputs[k].ptr, j)).collect();
+        let donate_idx: Vec<usize> = donate.iter().map(|&(k, _)| k).collect();
+        let mut ran = run_counted_donating(py, &self.compiled.exe, inputs, &donate_idx)?;
         drop(unused_owners);
+        // Results written into their input's memory: returned as that input.
+        let mut in_place: Vec<Option<usize>> = vec![None; ran.outputs.len()];
+        for (&(ptr, j), &(k, _)) in donated_ptrs.iter().zip(&donate) {
+            if ran.pointers.get(j) == Some(&ptr) {
+                in_place[j] = Some(self.picks[k]);
+            }
+        }
         let (hits, compiles) = stats::record_cache_hit();
         let from_dlpack = refs.from_dlpack.bind(py);
         let mut results = Vec::with_capacity(ran.outputs.len());
-        for o in std::mem::take(&mut ran.outputs) {
+        for (j, o) in std::mem::take(&mut ran.outputs).into_iter().enumerate() {
+            if in_place[j].is_some() {
+                results.push(None); // the input tensor stands for it
+                continue;
+            }
             results.push(Some(from_dlpack.call1((o.into_capsule(py)?,))?));
         }
         let out = PyList::empty(py);
@@ -288,9 +346,13 @@ impl GraphCall {
                     None => out.append(py.None())?,
                 },
                 // A result read twice is the same tensor (clone the reference).
-                Slot::Prog(j) => match results.get(j).and_then(Option::as_ref) {
-                    Some(t) => out.append(t)?,
-                    None => out.append(py.None())?,
+                Slot::Prog(j) => match (results.get(j).and_then(Option::as_ref), in_place.get(j)) {
+                    (Some(t), _) => out.append(t)?,
+                    (None, Some(&Some(i))) => match item(&args, i)? {
+                        Some(a) => out.append(a)?,
+                        None => out.append(py.None())?,
+                    },
+                    (None, _) => out.append(py.None())?,
                 },
             }
         }

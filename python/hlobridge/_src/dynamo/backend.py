@@ -40,10 +40,42 @@ def _compiler(kind: str, inputs: tuple[list[str], Any] = ([], None)
             return DynamicGraph(gm, f"{kind} #{n}", inputs[0])
         graph = compile_split(gm, f"{kind} #{n}")
         name_inputs(graph, *inputs)  # input names and origin, for hb.viz
+        from hlobridge._src.dynamo.program import CompiledGraph
+
+        if kind == "inference" and isinstance(graph, CompiledGraph):
+            graph.alias_mutated_inputs(_mutated_inputs(gm))  # updated in place
         return graph
 
     compile_graph.__name__ = f"hlobridge_{kind}_compiler"
     return compile_graph
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
+    """``(output, input)`` for each graph input that AOTAutograd's inference
+    graph ``gm`` returns the new data of (first outputs, in
+    ``mutated_inp_runtime_indices`` order) and copies back with ``copy_``
+    after the call; empty where AOTAutograd's metadata is missing or does
+    not match the graph (subclasses, metadata or storage mutations)."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None or any(type(x).__name__ == "SubclassCreationMeta"  # a tensor subclass
+                           for x in getattr(meta, "subclass_inp_meta", None) or ()):
+        return []
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    outs = nodes[-1].args[0] if nodes and nodes[-1].op == "output" else None
+    indices = list(meta.mutated_inp_runtime_indices)
+    if (not isinstance(outs, (list, tuple)) or len(placeholders) != len(meta.input_info)
+            or len(outs) != len(indices) + meta.num_outputs + meta.num_intermediate_bases):
+        return []
+    pairs = []
+    for k, i in enumerate(indices):
+        info = meta.input_info[i]
+        if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata:
+            pairs.append((k, i))
+    return pairs
 
 
 @passes_through_dynamo  # an hlobridge error reaches the user by its own class

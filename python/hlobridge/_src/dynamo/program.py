@@ -15,6 +15,16 @@ Graph inputs (parameters, buffers, activations) are program inputs, handed
 to PJRT by pointer (:func:`hlobridge._native.execute`); graph outputs come
 back as tensors aliasing PJRT's buffers. An output that is a graph input
 itself is returned as that input, without a copy.
+
+Mutated inputs (:meth:`CompiledGraph.alias_mutated_inputs`, inference
+graphs): AOTAutograd functionalizes an in-place update of a graph input (a
+static KV cache's ``index_copy_``) into an extra output holding the input's
+new value, and copies it back into the input after the call. Such an input
+is marked ``tf.aliasing_output`` in the program and donated on the hot path,
+so XLA updates the tensor's own memory instead of writing a fresh copy of
+it; the native call then returns the input itself, whose ``copy_`` onto
+itself torch skips (``_native.GraphCall``: only where the result's buffer
+really is the input's memory).
 """
 
 from __future__ import annotations
@@ -94,6 +104,9 @@ class Program:
     not all plain-dtype tensors): see :meth:`CompiledGraph.__call__`."""
     plan: tuple[list[tuple[str, str, bool]], list[tuple[str, str, str, str, list[str], list[str]]],
                 list[str]] | None = None
+    aliases: list[tuple[int, int]] = field(default_factory=list)
+    """``(k, j)``: program input ``k`` is marked ``tf.aliasing_output = j``
+    (a mutated input written in place as result ``j``)."""
     """What was stitched: ``(inputs, segments, outputs)`` as passed to
     :func:`hlobridge._native.stitch` (references, no copies), for
     :func:`hlobridge.viz`."""
@@ -151,8 +164,18 @@ class CompiledGraph:
         self._fast: _native.GraphCall | None = None
         """``self._last.fast`` when the graph draws no random inputs: what
         :meth:`__call__` runs first."""
+        self.mutations: list[tuple[int, int]] = []
+        """``(output, input)``: graph output ``output`` is the new value of
+        graph input ``input`` (:meth:`alias_mutated_inputs`)."""
         with _registry_lock:
             _graphs.append(self)
+
+    def alias_mutated_inputs(self, mutations: list[tuple[int, int]]) -> None:
+        """Declare that graph output ``o`` is the new value of graph input
+        ``i`` for each ``(o, i)`` (AOTAutograd's mutated inputs, which it
+        copies back after the call): programs built from now on update those
+        inputs in place (see the module docs)."""
+        self.mutations = list(mutations)
 
     # -- running --------------------------------------------------------------
     def __call__(self, *args: Any) -> list[torch.Tensor | None]:
@@ -239,7 +262,8 @@ class CompiledGraph:
                    for o in prog.outputs]
         prog.fast = _native.GraphCall(list(prog.inputs), dtypes[:n], prog.codes,
                                       [list(s) for s in prog.shapes[:n]], prog.constants,
-                                      outputs, prog.exe, list(prog.segments), self.platform)
+                                      outputs, prog.exe, list(prog.segments), self.platform,
+                                      prog.aliases)
 
     # -- building -------------------------------------------------------------
     def _build(self, args: list[Any]) -> Program:
@@ -264,6 +288,10 @@ class CompiledGraph:
         sp = stitch_partition(part, types, label=self.label, platform=self.platform)
         text, segs, engines, consts = sp.text, sp.segs, sp.engines, sp.consts
         used_args, used_consts, outputs = sp.used_args, sp.used_consts, sp.outputs
+        aliases: list[tuple[int, int]] = []
+        if self.mutations:
+            text, aliases = _alias_mutations(text, self.mutations, part.placeholders, types,
+                                             used_args, outputs, sp.plan[2])
         exe, hit = _native.compile(text)
         report = json.loads(sp.report_json)
         ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
@@ -285,7 +313,41 @@ class CompiledGraph:
                        constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
                        lower_s=sp.lower_s, compile_s=0.0 if hit else exe.compile_time_s,
                        outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs],
-                       plan=sp.plan)
+                       plan=sp.plan, aliases=aliases)
+
+_MAIN = re.compile(r"^\s*func\.func (?:public )?@main\(.*$", re.MULTILINE)
+
+
+def _alias_mutations(text: str, mutations: list[tuple[int, int]], placeholders: list[str],
+                     types: dict[str, TensorSpec], used_args: list[int],
+                     outputs: list[tuple[str, int] | None], results: list[str]
+                     ) -> tuple[str, list[tuple[int, int]]]:
+    """Mark each mutated input that the program reads and whose new value is
+    a program result of its own type (read by that one graph output only)
+    ``tf.aliasing_output`` in ``@main``'s signature; returns the text and the
+    ``(program input, result)`` pairs marked. A mutation that does not fit
+    is left to AOTAutograd's copy."""
+    m = _MAIN.search(text)
+    if m is None:
+        return text, []
+    line = m.group(0)
+    aliases: list[tuple[int, int]] = []
+    for o, i in mutations:
+        if not (0 <= o < len(outputs) and 0 <= i < len(placeholders)) or i not in used_args:
+            continue
+        out = outputs[o]
+        if out is None or out[0] != "prog" or outputs.count(out) != 1:
+            continue
+        j, name = out[1], placeholders[i]
+        if types.get(name) is None or types.get(results[j]) != types[name]:
+            continue
+        arg = re.compile(rf"(%{re.escape(name)}: tensor<[^>]*>)(?=[,)])")
+        if len(arg.findall(line)) != 1:
+            continue
+        line = arg.sub(lambda g: f"{g.group(1)} {{tf.aliasing_output = {j} : i32}}", line)
+        aliases.append((used_args.index(i), j))
+    return text[:m.start()] + line + text[m.end():], aliases
+
 
 def _dtype_of_code(code: int) -> torch.dtype | None:
     for dt, c in _CODES.items():
