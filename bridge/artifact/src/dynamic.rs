@@ -156,9 +156,8 @@ impl Manifest {
             }
             for (d, (want, &got)) in dims.iter().zip(shape.iter()).enumerate() {
                 match want {
-                    Dim::Fixed(n) if Some(d) == self.batch_dim && self.dynamic.is_none() => {
-                        let _ = n; // static artifact: the batch goes through bucket_for
-                    }
+                    // A static artifact's batch goes through bucket_for.
+                    Dim::Fixed(_) if Some(d) == self.batch_dim && self.dynamic.is_none() => {}
                     Dim::Fixed(n) => {
                         if got != *n {
                             return Err(ShapeViolation {

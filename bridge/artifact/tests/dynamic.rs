@@ -154,7 +154,8 @@ fn corrupted_dynamic_manifest_bytes_never_panic() {
             }
             1 => {
                 let i = next() as usize % t.len();
-                t[i] = b"{}[]\",:0-9e \x00\xff"[next() as usize % 15];
+                let set = b"{}[]\",:0-9e \x00\xff";
+                t[i] = set[next() as usize % set.len()];
             }
             _ => t.truncate(next() as usize % t.len()),
         }
