@@ -82,12 +82,12 @@ class Mixer(torch.nn.Module):
 
 
 def test_one_capture_serves_many_shapes_with_call_jax() -> None:
-    """16 (batch, seq) shapes in random order, one Dynamo trace, one
+    """32 (batch, seq) shapes in random order, one Dynamo trace, one
     lowering, one refinement and at most one XLA compile per shape; every
     shape matches eager on fresh inputs; repeats compile nothing."""
     model = Mixer().eval()
     compiled = torch.compile(model, backend="hlobridge", dynamic=True)
-    shapes = [(b, s) for b in (2, 3, 5, 8) for s in (4, 7, 16, 33)]
+    shapes = [(b, s) for b in (2, 3, 5, 8) for s in (4, 7, 9, 16, 21, 33, 40, 64)]
     random.Random(SEED).shuffle(shapes)
     before = snapshot()
     compiles = 0  # the runtime's, by the compiled model (eager call_jax compiles too)
