@@ -365,6 +365,7 @@ class Artifact:
     _exes: dict[Any, Any] = field(default_factory=dict, repr=False)
     """Compiled programs: per module file; a dynamic artifact's per argument shapes."""
     _manifest_text: str | None = field(default=None, repr=False)
+    _checked: set[frozenset[tuple[str, tuple[int, ...]]]] = field(default_factory=set, repr=False)
 
     @property
     def content_hash(self) -> str:
@@ -462,7 +463,9 @@ class Artifact:
 
         m = self.manifest
         text = self._manifest_json()
-        _native.artifact_check_shapes(text, [(n, list(t.shape)) for n, t in inputs.items()])
+        seen = frozenset((n, tuple(t.shape)) for n, t in inputs.items())
+        if seen not in self._checked:  # shapes checked once, then remembered
+            _native.artifact_check_shapes(text, [(n, list(t.shape)) for n, t in inputs.items()])
         bd = m.get("batch_dim")
         b = rows = None
         if bd is not None:
@@ -479,6 +482,8 @@ class Artifact:
                 raise err from None
             if rows != b:
                 inputs = {n: _pad_rows(t, bd, rows) for n, t in inputs.items()}
+        if len(self._checked) < 1024:
+            self._checked.add(seen)
         args = [self._weights[p["name"]] if p["weight"] else inputs[p["name"]].contiguous()
                 for p in m["params"]]
         key = tuple(tuple(int(d) for d in t.shape) for t in args)
