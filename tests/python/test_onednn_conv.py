@@ -215,3 +215,29 @@ def test_forward_and_gradients_against_float64(case) -> None:
     _check(got[0], y.detach(), k_fwd, f"{name} forward")
     _check(got[1], dx, k_dx, f"{name} input gradient")
     _check(got[2], dw, k_dw, f"{name} weight gradient")
+
+
+@pytest.mark.parametrize("hw", [28, 7])
+def test_1x1_weight_gradient_as_batched_products(hw: int) -> None:
+    """torch_xla's 1x1 weight gradient (``[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]``):
+    from 28x28 maps a per-image ``dot_general`` summed over images (no
+    convolution call left), below that a convolution; against float64 torch."""
+    n, c, o = 3, 16, 24
+
+    def t(s):
+        return "tensor<" + "x".join(map(str, s)) + "xf32>"
+
+    xs, dys, ws = (n, c, hw, hw), (n, o, hw, hw), (1, 1, c, o)
+    text = f"""func.func public @main(%x: {t(xs)}, %dy: {t(dys)}) -> {t(ws)} {{
+  %0 = stablehlo.convolution(%x, %dy) dim_numbers = [f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f], window = {{stride = [1, 1], pad = [[0, 0], [0, 0]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : ({t(xs)}, {t(dys)}) -> {t(ws)}
+  return %0 : {t(ws)}
+}}"""
+    exe, _ = _native.compile(text)
+    assert (not exe.host_kernels) == (hw == 28), exe.host_kernels
+    g = _gen()
+    x = torch.randn(xs, generator=g)
+    dy = torch.randn(dys, generator=g)
+    w = torch.zeros(o, c, 1, 1, dtype=torch.float64)
+    want = torch.ops.aten.convolution_backward(dy.double(), x.double(), w, None, [1, 1], [0, 0], [1, 1],
+                                               False, [0, 0], 1, [False, True, False])[1]
+    _check(_run(exe, x, dy), want.permute(2, 3, 1, 0), n * hw * hw, f"1x1 weight gradient @{hw}")

@@ -30,7 +30,9 @@
 //! a few backward forms) go to oneDNN instead, through the CPU plugin's own
 //! oneDNN convolution thunk (custom call target [`ONEDNN_TARGET`], its
 //! `OneDnnConvolutionConfig` as the JSON backend config;
-//! [`onednn`](self::onednn) says which and why).
+//! [`onednn`](self::onednn) says which and why). With it too, the weight
+//! gradients of 1×1 convolutions over large maps become batched matrix
+//! products ([`wgrad_dot`](self::wgrad_dot)).
 
 use crate::dialects::common::{get_bool_array, get_i64_array};
 use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
@@ -108,6 +110,7 @@ pub struct HostConvReport {
 enum Conv {
     Host(Vec<i64>),
     OneDnn(onednn::Call),
+    Dot(wgrad_dot::WeightGradDot),
 }
 
 /// Rewrites every convolution `policy` admits (see module docs).
@@ -152,6 +155,7 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
                 onednn::apply(m, op, call);
                 report.onednn += 1;
             }
+            Conv::Dot(w) => wgrad_dot::apply(m, op, &w),
         }
         report.rewritten += 1;
     }
@@ -349,6 +353,18 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
         return None;
     }
     if policy.onednn {
+        let plain = groups == 1
+            && batch_groups == 1
+            && stride
+                .iter()
+                .chain(&lhs_dil)
+                .chain(&rhs_dil)
+                .all(|&s| s == 1)
+            && pad.iter().all(|&p| p == 0)
+            && rev.iter().all(|&v| v == 0);
+        if let Some(w) = wgrad_dot::take(&l, &r, &y, ld, rd, od, plain) {
+            return Some(Conv::Dot(w));
+        }
         let form = onednn::Form {
             f32: lk == FloatKind::F32,
             groups,
@@ -474,3 +490,4 @@ fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
 mod onednn;
 #[cfg(test)]
 mod tests;
+mod wgrad_dot;

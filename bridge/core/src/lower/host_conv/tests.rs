@@ -418,3 +418,46 @@ fn onednn_leaves_f64_depthwise_and_reversed() {
         assert_eq!((r.rewritten, r.onednn), (1, 0), "{text}");
     }
 }
+
+/// A 1×1 convolution's weight gradient over 28×28 maps (torch_xla's
+/// `[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]`) becomes a per-image
+/// `dot_general` summed by a product with ones; over 7×7 maps it does not.
+#[test]
+fn large_map_1x1_weight_gradients_become_batched_products() {
+    let policy = HostConvPolicy::default().with_onednn(true);
+    let wgrad = |hw: i64| {
+        one(
+            &format!("tensor<2x16x{hw}x{hw}xf32>"),
+            &format!("tensor<2x32x{hw}x{hw}xf32>"),
+            "tensor<1x1x16x32xf32>",
+            "[f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f]",
+            "stride = [1, 1], pad = [[0, 0], [0, 0]]",
+            "",
+        )
+    };
+    let mut m = parse_module(&wgrad(28)).expect("parse");
+    let r = rewrite_host_conv(&mut m, &policy);
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    assert_eq!((r.rewritten, r.onednn), (1, 0), "{out}");
+    assert!(!out.contains("convolution"), "{out}");
+    assert!(
+        out.contains("stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2, 3] x [2, 3]"),
+        "{out}"
+    );
+    assert!(out.contains("-> tensor<2x16x32xf32>"), "{out}");
+    assert!(out.contains("dense<1.000000e+00> : tensor<2xf32>"), "{out}");
+    assert!(out.contains("stablehlo.reshape"), "{out}");
+    let mut m = parse_module(&wgrad(7)).expect("parse");
+    let r = rewrite_host_conv(&mut m, &policy);
+    let out = print_module(&m, &PrintOptions::default());
+    assert!(!out.contains("dot_general"), "{out}");
+    assert_eq!(r.convolutions, 1);
+    let mut m = parse_module(&wgrad(28)).expect("parse");
+    let r = rewrite_host_conv(&mut m, &HostConvPolicy::default());
+    let out = print_module(&m, &PrintOptions::default());
+    assert!(
+        !out.contains("dot_general"),
+        "without the oneDNN route: {out} {r:?}"
+    );
+}
