@@ -36,7 +36,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import hlobridge  # noqa: F401  (the backend)
+import hlobridge  # the backend
 
 _SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -472,3 +472,17 @@ def test_call_jax_maximum_nan_matches_jax_jit() -> None:
     want = np.asarray(jax.jit(jnp.maximum)(x.numpy(), y.numpy()))
     got = hb.call_jax(jnp.maximum, x, y).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+def test_inv_ex_info_of_large_matrices_is_a_named_error() -> None:
+    """Above ``LU_INFO_MAX_N`` the LU is not unrolled: ``info`` is a named
+    error where it is used, and the inverse alone still compiles."""
+    from hlobridge._src.dynamo.linalg_numerics import LU_INFO_MAX_N
+
+    n = LU_INFO_MAX_N + 2
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    _check(torch.linalg.inv, (a,), False)
+    f = torch.compile(lambda x: torch.linalg.inv_ex(x).info, backend="hlobridge",
+                      fullgraph=True, dynamic=False)
+    with pytest.raises(hlobridge.UnsupportedOpError, match="linalg_lu_factor_ex"):
+        f(a)
