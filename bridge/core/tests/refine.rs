@@ -80,6 +80,96 @@ fn identical_calls_share_one_specialisation() {
     assert_eq!(out.matches("func.func").count(), 2, "{out}");
 }
 
+/// torchax's form of GELU: a `stablehlo.composite` whose decomposition is
+/// a private function; two composites of different shapes share it.
+const COMPOSITE: &str = r#"
+module {
+  func.func public @main(%x: tensor<?x4xf32>, %y: tensor<?xf32>) -> (tensor<?x4xf32>, tensor<?xf32>) {
+    %0 = stablehlo.composite "aten.gelu.default" %x {composite_attributes = {approximate = "tanh"}, decomposition = @gelu_impl} : (tensor<?x4xf32>) -> tensor<?x4xf32>
+    %1 = stablehlo.add %0, %x : tensor<?x4xf32>
+    %2 = stablehlo.composite "aten.gelu.default" %y {decomposition = @gelu_impl_1d} : (tensor<?xf32>) -> tensor<?xf32>
+    %3 = stablehlo.composite "aten.gelu.default" %2 {decomposition = @gelu_impl_1d} : (tensor<?xf32>) -> tensor<?xf32>
+    return %1, %3 : tensor<?x4xf32>, tensor<?xf32>
+  }
+  func.func private @gelu_impl(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
+    %h = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %n = stablehlo.get_dimension_size %a, dim = 0 : (tensor<?x4xf32>) -> tensor<i32>
+    %n1 = stablehlo.reshape %n : (tensor<i32>) -> tensor<1xi32>
+    %c4 = stablehlo.constant dense<4> : tensor<1xi32>
+    %s = stablehlo.concatenate %n1, %c4, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %hb = stablehlo.dynamic_broadcast_in_dim %h, %s, dims = [] : (tensor<f32>, tensor<2xi32>) -> tensor<?x4xf32>
+    %t = stablehlo.tanh %a : tensor<?x4xf32>
+    %m = stablehlo.multiply %t, %hb : tensor<?x4xf32>
+    return %m : tensor<?x4xf32>
+  }
+  func.func private @gelu_impl_1d(%a: tensor<?xf32>) -> tensor<?xf32> {
+    %t = stablehlo.tanh %a : tensor<?xf32>
+    return %t : tensor<?xf32>
+  }
+}
+"#;
+
+#[test]
+fn composite_decomposition_is_refined_like_a_call() {
+    let out = refine(COMPOSITE, &[&[3, 4], &[5]]);
+    assert!(!out.contains('?'), "{out}");
+    assert_eq!(out.matches("stablehlo.composite").count(), 3, "{out}");
+    // The printed module parses back to itself, and is valid refinement
+    // input again.
+    let m = hlobridge::parse_module(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert_eq!(
+        hlobridge::print_module(&m, &hlobridge::PrintOptions::default()),
+        out
+    );
+    assert!(!refine(&out, &[&[3, 4], &[5]]).contains('?'));
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn composite_decomposition_is_copied_per_signature() {
+    const TWO: &str = r#"
+module {
+  func.func public @main(%a: tensor<?xf32>, %b: tensor<?xf32>) -> (tensor<?xf32>, tensor<?xf32>) {
+    %0 = stablehlo.composite "my.neg" %a {decomposition = @neg} : (tensor<?xf32>) -> tensor<?xf32>
+    %1 = call @neg(%b) : (tensor<?xf32>) -> tensor<?xf32>
+    return %0, %1 : tensor<?xf32>, tensor<?xf32>
+  }
+  func.func private @neg(%x: tensor<?xf32>) -> tensor<?xf32> {
+    %0 = stablehlo.negate %x : tensor<?xf32>
+    return %0 : tensor<?xf32>
+  }
+}
+"#;
+    let out = refine(TWO, &[&[3], &[7]]);
+    assert!(
+        out.contains("decomposition = @neg_refined_0") || out.contains("@neg_refined_0("),
+        "{out}"
+    );
+    assert!(
+        out.contains("tensor<3xf32>") && out.contains("tensor<7xf32>"),
+        "{out}"
+    );
+    assert!(!out.contains('?'), "{out}");
+    let same = refine(TWO, &[&[3], &[3]]);
+    assert_eq!(same.matches("func.func").count(), 2, "{same}");
+}
+
+#[test]
+fn composite_without_decomposition_function_is_a_named_error() {
+    const BAD: &str = r#"
+module {
+  func.func public @main(%a: tensor<?xf32>) -> tensor<?xf32> {
+    %0 = stablehlo.composite "my.neg" %a {decomposition = @missing} : (tensor<?xf32>) -> tensor<?xf32>
+    return %0 : tensor<?xf32>
+  }
+}
+"#;
+    match refine_err(BAD, &[&[3]]) {
+        Error::ShapeRefinement { .. } => {}
+        e => panic!("wrong error: {e}"),
+    }
+}
+
 /// Shape ops: real_dynamic_slice, dynamic_pad, dynamic_reshape, reduce,
 /// dot_general, concatenate.
 const SHAPE_OPS: &str = r#"

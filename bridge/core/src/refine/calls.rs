@@ -1,9 +1,12 @@
-//! `func.call` specialisation. A callee is refined to the call's operand
-//! types, with the call's constant operands (dimension values, as
-//! `jax.export` passes them to its inner functions) known inside it. A
-//! callee with one call site is refined in place; otherwise each distinct
-//! (operand types, constants) signature gets its own copy, `@f_refined_N`,
-//! and identical calls share it.
+//! `func.call` and `stablehlo.composite` specialisation. A callee (the
+//! `@callee` of a call, the `decomposition` of a composite: StableHLO's
+//! refinement treats a composite's decomposition like a called function) is
+//! refined to the op's operand types, with its constant operands (dimension
+//! values, as `jax.export` passes them to its inner functions) known inside
+//! it. A function named by one op is refined in place; otherwise each
+//! distinct (operand types, constants) signature gets its own copy,
+//! `@f_refined_N`, and identical sites share it. The op's results take the
+//! refined function's result types.
 
 use super::lit::Lit;
 use super::signature::{entry_args, update_function_type};
@@ -18,9 +21,20 @@ use rustc_hash::FxHashMap;
 /// What a specialisation depends on.
 pub(crate) type SpecKey = (String, Vec<TypeId>, Vec<Option<Lit>>);
 
-/// The function a `func.call` names.
+/// The attribute naming the function an op calls: `callee` for
+/// `func.call`, `decomposition` for `stablehlo.composite`.
+pub(crate) fn callee_key(name: &str) -> Option<&'static str> {
+    match name {
+        "func.call" => Some("callee"),
+        "stablehlo.composite" => Some("decomposition"),
+        _ => None,
+    }
+}
+
+/// The function a `func.call` or `stablehlo.composite` names.
 pub(crate) fn callee_name(m: &Module, op: OpId) -> Option<String> {
-    match m.attr(m.op_attr(op, "callee")?) {
+    let key = callee_key(m.op_name(op))?;
+    match m.attr(m.op_attr(op, key)?) {
         Attribute::SymbolRef(path) if path.len() == 1 => {
             Some(m.str(path[0]).trim_matches('"').to_string())
         }
@@ -29,13 +43,16 @@ pub(crate) fn callee_name(m: &Module, op: OpId) -> Option<String> {
 }
 
 impl Refiner<'_> {
-    /// Refine the callee of `call` for its operands, then the call's results.
+    /// Refine the function `call` names (a `func.call`'s callee, a
+    /// composite's decomposition) for its operands, then `call`'s results.
     pub(crate) fn refine_call(&mut self, call: OpId) -> Result<()> {
         if let Some(e) = self.too_deep(call) {
             return Err(e);
         }
-        let name = callee_name(self.m, call)
-            .ok_or_else(|| refinement_error(self.m, call, "call without a plain @callee"))?;
+        let attr_key = callee_key(self.m.op_name(call)).unwrap_or("callee");
+        let name = callee_name(self.m, call).ok_or_else(|| {
+            refinement_error(self.m, call, &format!("op without a plain @{attr_key}"))
+        })?;
         let &callee = self
             .funcs
             .get(&name)
@@ -71,7 +88,7 @@ impl Refiner<'_> {
         if target != name {
             let sym = self.m.sym(&target);
             let value = self.m.add_attr(Attribute::SymbolRef(vec![sym]));
-            let key = self.m.sym("callee");
+            let key = self.m.sym(attr_key);
             let o = self.m.op_mut(call);
             for a in o.props.iter_mut().chain(o.attrs.iter_mut()) {
                 if a.name == key {

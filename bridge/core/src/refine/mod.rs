@@ -12,9 +12,10 @@
 //! - [`dynamic_ops`]: `dynamic_broadcast_in_dim`, `dynamic_reshape`,
 //!   `dynamic_iota`, `real_dynamic_slice`, `dynamic_pad`, `dynamic_gather`
 //!   and `dynamic_conv` with constant shape operands become static ops;
-//! - [`calls`]: `func.call` specialises its callee to the call's operand
-//!   types and constant operands (a callee called with different ones is
-//!   cloned per signature);
+//! - [`calls`]: `func.call` specialises its callee, and
+//!   `stablehlo.composite` its `decomposition`, to the op's operand types
+//!   and constant operands (a function called with different ones is
+//!   cloned per signature); the op's results follow the function's;
 //! - [`assertions`]: `custom_call @shape_assertion` checked and removed;
 //! - [`clean`]: dead shape arithmetic and unreferenced private functions
 //!   removed, then every type checked static.
@@ -91,7 +92,7 @@ impl<'m> Refiner<'m> {
         }
         let mut call_sites: FxHashMap<String, usize> = FxHashMap::default();
         for (i, o) in m.ops.iter().enumerate() {
-            if m.str(o.name) == "func.call" {
+            if calls::callee_key(m.str(o.name)).is_some() {
                 if let Some(c) = calls::callee_name(m, OpId(i as u32)) {
                     *call_sites.entry(c).or_default() += 1;
                 }
@@ -151,7 +152,7 @@ impl<'m> Refiner<'m> {
             assertions::check(self.m, op, &self.lits)?;
             return Ok(true);
         }
-        if name == "func.call" {
+        if calls::callee_key(name).is_some() {
             self.refine_call(op)?;
             return Ok(false);
         }
