@@ -145,23 +145,39 @@ def _spec(name: str, t: torch.Tensor, weight: bool | None = None) -> dict[str, A
     return d
 
 
-def _recording_backend(record: list[tuple[Any, list[Any]]]) -> Callable[..., Any]:
+def _recording_backend(record: list[tuple[Any, list[Any]]], dynamic: bool = False) -> Callable[..., Any]:
     """The ``"hlobridge"`` backend (same decompositions, attention and
-    collective checks) whose inference compiler also records the arguments
-    each compiled graph is called with."""
+    collective checks) whose inference compiler also records each compiled
+    graph and the arguments it is called with. ``dynamic``: the backend's
+    dynamic path, one :class:`~hlobridge._src.dynamic.graph.DynamicGraph`
+    per graph, refusing a graph whose dims the capture specialised."""
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+        import contextlib
+
         from torch._dynamo.backends.common import aot_autograd
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         from hlobridge._src.distributed_guard import check_fx_collectives
         from hlobridge._src.dynamo.engine import decompositions
-        from hlobridge._src.dynamo.program import CompiledGraph
+        from hlobridge._src.dynamo.program import CompiledGraph, dynamo_input_names
 
         check_fx_collectives(gm)
+        guard: Any = contextlib.nullcontext()
+        if dynamic:
+            from hlobridge._src.dynamic import DynamicGraph, graph_is_symbolic, tracing_guard
+
+            user = dynamo_input_names(gm)[0]
+            guard = tracing_guard(gm)
 
         def compiler(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
-            cg = CompiledGraph(g, "export")
+            if not dynamic:
+                cg: Any = CompiledGraph(g, "export")
+            elif not graph_is_symbolic(g):
+                raise ExportError("the dims named dynamic were specialised by the capture (the "
+                                  "model fixes their size); export without dynamic")
+            else:
+                cg = DynamicGraph(g, "export", user)
 
             def run(*args: Any) -> Any:
                 flat = list(args[0]) if len(args) == 1 and type(args[0]) is list else list(args)
@@ -176,7 +192,7 @@ def _recording_backend(record: list[tuple[Any, list[Any]]]) -> Callable[..., Any
 
         aot = aot_autograd(fw_compiler=compiler, bw_compiler=no_backward, inference_compiler=compiler,
                            decompositions=decompositions())
-        with sdpa_kernel([SDPBackend.MATH]):
+        with sdpa_kernel([SDPBackend.MATH]), guard:
             return aot(gm, example_inputs, **kwargs)
 
     return backend

@@ -131,48 +131,6 @@ def _spec(name: str, t: torch.Tensor, weight: bool | None, dims: list[Any] | Non
 # -- torch -------------------------------------------------------------------------
 
 
-def _recording_backend(record: list[tuple[Any, list[Any]]]) -> Callable[..., Any]:
-    """The ``"hlobridge"`` backend's dynamic path (one
-    :class:`~hlobridge._src.dynamic.graph.DynamicGraph` per graph), recording
-    each graph and the arguments it is called with."""
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-        from torch._dynamo.backends.common import aot_autograd
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        from hlobridge._src.distributed_guard import check_fx_collectives
-        from hlobridge._src.dynamic import DynamicGraph, graph_is_symbolic, tracing_guard
-        from hlobridge._src.dynamo.engine import decompositions
-        from hlobridge._src.dynamo.program import dynamo_input_names
-
-        check_fx_collectives(gm)
-        user = dynamo_input_names(gm)[0]
-
-        def compiler(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
-            if not graph_is_symbolic(g):
-                raise ExportError("the dims named dynamic were specialised by the capture (the "
-                                  "model fixes their size); export without dynamic")
-            dg = DynamicGraph(g, "export", user)
-
-            def run(*args: Any) -> Any:
-                flat = list(args[0]) if len(args) == 1 and type(args[0]) is list else list(args)
-                record.append((dg, flat))
-                return dg(flat)
-
-            run._boxed_call = True  # type: ignore[attr-defined]
-            return run
-
-        def no_backward(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
-            raise ExportError("export captures inference; call it under torch.no_grad()")
-
-        aot = aot_autograd(fw_compiler=compiler, bw_compiler=no_backward,
-                           inference_compiler=compiler, decompositions=decompositions())
-        with sdpa_kernel([SDPBackend.MATH]), tracing_guard(gm):
-            return aot(gm, example_inputs, **kwargs)
-
-    return backend
-
-
 def _ranges(gm: torch.fx.GraphModule) -> dict[Any, tuple[int, int | None]]:
     """Dynamo's value range of each symbol of ``gm``'s inputs."""
     env = None
@@ -202,7 +160,7 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
     import torch._dynamo
 
     from hlobridge._src.dynamic.symbols import expr_of
-    from hlobridge._src.export import _run_text_once, _same
+    from hlobridge._src.export import _recording_backend, _run_text_once, _same
 
     if isinstance(fn, torch.nn.Module) and fn.training:
         raise ExportError("export captures inference: call model.eval() first")
@@ -214,7 +172,8 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
         for d in dims:
             torch._dynamo.mark_dynamic(xs[k], d)
     record: list[tuple[Any, list[Any]]] = []
-    compiled = torch.compile(fn, backend=_recording_backend(record), dynamic=None, fullgraph=True)
+    backend = _recording_backend(record, dynamic=True)
+    compiled = torch.compile(fn, backend=backend, dynamic=None, fullgraph=True)
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     try:
         with torch.no_grad(), torch._dynamo.config.patch(**{limit: 1024}):
