@@ -40,6 +40,15 @@ def tracing_guard(gm: torch.fx.GraphModule) -> Iterator[None]:
         yield
         return
     _python_shape_guards()
+    with paused_gc():
+        yield
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic collector paused while something is traced
+    symbolically (see the module docs: it can clear a live fake tensor's
+    ``__dict__`` mid-trace)."""
     if not gc.isenabled():
         yield
         return

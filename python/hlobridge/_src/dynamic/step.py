@@ -32,15 +32,14 @@ once more with them static.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
 import torch
 
+from hlobridge._src.dynamic.guard import paused_gc
 from hlobridge._src.dynamic.symbols import is_symbolic
 from hlobridge._src.entry_cache import MISS
 from hlobridge._src.errors import ArgumentError, DynamicShapeError, ShapeAssertionError
@@ -132,21 +131,6 @@ def pinned_dims(fakes: Sequence[Any]) -> frozenset[tuple[int, int]]:
             if is_symbolic(d) and d.node.expr.free_symbols & tied:
                 out.add((i, a))
     return frozenset(out)
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cyclic collector paused while a step is traced
-    symbolically (see :mod:`hlobridge._src.dynamic.guard`: it can clear a
-    live fake tensor's ``__dict__`` mid-trace)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _views_for_copies(gm: torch.fx.GraphModule) -> None:
