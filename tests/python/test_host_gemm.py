@@ -153,3 +153,22 @@ def test_half_precision_products_match_torch(dtype) -> None:
     torch.testing.assert_close(got.float(), want.float(), rtol=2 * ulp, atol=1e-3,
                                msg=lambda m: f"seed {SEED}: {m}")
     assert gemm_calls() > before
+
+
+def test_skinny_product_with_a_large_transposed_weight_runs_swapped() -> None:
+    """A decode step's LM head, ``x · Wᵀ`` with 4 rows and a weight of 2²⁴
+    elements, runs on the kernel as ``(W · xᵀ)ᵀ`` (XLA's dot is several
+    times slower there); under torch.compile as in a model. K = 512:
+    tolerance atol 1e-4·sqrt(512)."""
+    g = gen()
+    x = torch.randn(4, 512, generator=g)
+    w = torch.randn(1 << 15, 512, generator=g)
+    fn = torch.compile(lambda x, w: x @ w.t(), backend="hlobridge", dynamic=False)
+    before = gemm_calls()
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(fn(x, w), (x.double() @ w.double().t()).float(),
+                                       rtol=1e-4, atol=1e-4 * 512**0.5,
+                                       msg=lambda m: f"seed {SEED}: {m}")
+            x = torch.randn(4, 512, generator=g)
+    assert gemm_calls() > before, "the product was not compiled as a host GEMM call"

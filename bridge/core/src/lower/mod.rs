@@ -63,11 +63,12 @@ impl HostLowering {
         };
         let gemm = match self.gemm {
             Some(p) => format!(
-                "host_gemm.v{}:{}:{}:{}",
+                "host_gemm.v{}:{}:{}:{}:{}",
                 host_gemm::REWRITE_VERSION,
                 p.min_work,
                 p.max_work,
-                p.min_side
+                p.min_side,
+                p.skinny_from_weights
             ),
             None => String::new(),
         };

@@ -164,3 +164,54 @@ fn grouped_dims_are_merged_with_reshapes() {
     assert!(out.contains("-> tensor<4x32x6x8xf32>"), "{out}");
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn a_skinny_product_with_a_large_transposed_weight_runs_swapped() {
+    // A decode step's LM head: [4, 768] · [50257, 768]ᵀ.
+    let head = r#"func.func public @main(%x: tensor<4x768xf32>, %w: tensor<50257x768xf32>) -> tensor<4x50257xf32> {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [1] : (tensor<4x768xf32>, tensor<50257x768xf32>) -> tensor<4x50257xf32>
+  return %0 : tensor<4x50257xf32>
+}"#;
+    let (out, r) = rewrite(head);
+    assert_eq!(r.rewritten, 1, "{out}");
+    assert!(out.contains("@hlobridge_gemm_nt"), "{out}");
+    assert!(
+        out.contains("(tensor<50257x768xf32>, tensor<4x768xf32>) -> tensor<50257x4xf32>"),
+        "{out}"
+    );
+    assert!(
+        out.contains("stablehlo.transpose %0, dims = [1, 0]"),
+        "{out}"
+    );
+    insta::assert_snapshot!(out);
+    // As torch_xla lowers `x @ w.t()`: the transpose is folded.
+    let torch = r#"func.func public @main(%x: tensor<4x768xf32>, %w: tensor<50257x768xf32>) -> tensor<4x50257xf32> {
+  %t = stablehlo.transpose %w, dims = [1, 0] : (tensor<50257x768xf32>) -> tensor<768x50257xf32>
+  %0 = stablehlo.dot_general %x, %t, contracting_dims = [1] x [0] : (tensor<4x768xf32>, tensor<768x50257xf32>) -> tensor<4x50257xf32>
+  return %0 : tensor<4x50257xf32>
+}"#;
+    let (out, r) = rewrite(torch);
+    assert_eq!(r.rewritten, 1, "{out}");
+    assert!(
+        out.contains("@hlobridge_gemm_nt(%arg1, %arg0)")
+            || out.contains("@hlobridge_gemm_nt(%w, %x)"),
+        "{out}"
+    );
+    // The same weight stored [K, N], a small weight, or a batched product:
+    // XLA keeps them.
+    for case in [
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<4x768xf32>, tensor<768x50257xf32>) -> tensor<4x50257xf32>",
+        "%0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [1] : (tensor<4x768xf32>, tensor<2304x768xf32>) -> tensor<4x2304xf32>",
+        "%0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<2x4x768xf32>, tensor<2x50257x768xf32>) -> tensor<2x4x50257xf32>",
+    ] {
+        let ty = |s: &str| s.split(" : (").nth(1).unwrap().to_string();
+        let t = ty(case);
+        let (a, rest) = t.split_once(", ").unwrap();
+        let (b, res) = rest.split_once(") -> ").unwrap();
+        let text = format!(
+            "func.func public @main(%a: {a}, %b: {b}) -> {res} {{\n  {case}\n  return %0 : {res}\n}}"
+        );
+        let (out, r) = rewrite(&text);
+        assert_eq!(r.rewritten, 0, "{out}");
+    }
+}
