@@ -5,12 +5,10 @@
 use hlobridge_deploy::writer::demo_artifact;
 use hlobridge_deploy::{safetensors, ArtifactError, DeployError, Model, TensorRef};
 use pjrt_client::ElementType;
-use std::path::PathBuf;
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hb-deploy-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh scratch directory `<tmp>/hb-deploy-<name>-XXXX`, removed when dropped.
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hb-deploy-{name}-")).tempdir().unwrap()
 }
 
 /// A small deterministic generator (no `rand` dependency).
@@ -72,21 +70,20 @@ fn check(model: &Model, x: &[f32], b: i64) {
 #[test]
 fn runs_exact_and_padded_batches() {
     let dir = tmp("run");
-    demo_artifact(&dir, &[1, 4]).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_artifact(dir.path(), &[1, 4]).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     assert_eq!(model.batch_sizes(), vec![1, 4]);
     let mut g = Lcg(7);
     for b in [1i64, 2, 3, 4] {
         check(&model, &g.f32s(b as usize * 3), b);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn runs_without_batch_dim() {
     let dir = tmp("nobatch");
-    demo_artifact(&dir, &[]).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_artifact(dir.path(), &[]).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let mut g = Lcg(3);
     check(&model, &g.f32s(6), 2);
     let x = bytes(&g.f32s(3));
@@ -99,14 +96,13 @@ fn runs_without_batch_dim() {
         },
     )]);
     assert!(matches!(e, Err(DeployError::BadInput(_))), "{e:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_inputs_are_named_errors() {
     let dir = tmp("bad");
-    demo_artifact(&dir, &[2]).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_artifact(dir.path(), &[2]).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = bytes(&[0.5; 6]);
     let good = TensorRef {
         dtype: ElementType::F32,
@@ -153,38 +149,37 @@ fn bad_inputs_are_named_errors() {
         }
     }
     assert!(model.run(&[("x", good)]).is_ok());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn tampered_or_foreign_artifacts_are_refused() {
     let dir = tmp("tamper");
-    demo_artifact(&dir, &[2]).unwrap();
-    let wpath = dir.join("weights.safetensors");
+    demo_artifact(dir.path(), &[2]).unwrap();
+    let wpath = dir.path().join("weights.safetensors");
     let mut w = std::fs::read(&wpath).unwrap();
     let n = w.len();
     w[n - 1] ^= 1;
     std::fs::write(&wpath, &w).unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::HashMismatch { .. }))
     ));
 
-    demo_artifact(&dir, &[2]).unwrap();
-    let mpath = dir.join("module.b2.mlir");
+    demo_artifact(dir.path(), &[2]).unwrap();
+    let mpath = dir.path().join("module.b2.mlir");
     let t = std::fs::read_to_string(&mpath).unwrap();
     std::fs::write(&mpath, t.replace("multiply", "subtract")).unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::HashMismatch { .. }))
     ));
 
-    demo_artifact(&dir, &[2]).unwrap();
-    let man = dir.join("manifest.json");
+    demo_artifact(dir.path(), &[2]).unwrap();
+    let man = dir.path().join("manifest.json");
     let t = std::fs::read_to_string(&man).unwrap();
     std::fs::write(&man, t.replace(env!("CARGO_PKG_VERSION"), "99.0.0")).unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::Version(_)))
     ));
     std::fs::write(
@@ -193,25 +188,24 @@ fn tampered_or_foreign_artifacts_are_refused() {
     )
     .unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::Version(_)))
     ));
     std::fs::write(&man, t.replace("\"weights.safetensors\"", "\"../x\"")).unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::Manifest(_)))
     ));
     std::fs::write(&man, "{not json").unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::Manifest(_)))
     ));
     std::fs::remove_file(&man).unwrap();
     assert!(matches!(
-        Model::load(&dir),
+        Model::load(dir.path()),
         Err(DeployError::Artifact(ArtifactError::Io { .. }))
     ));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -291,8 +285,8 @@ fn malformed_safetensors_never_panic() {
 fn a_result_without_the_batch_rows_is_an_execution_error_not_a_panic() {
     use hlobridge_deploy::writer::demo_row_sum_artifact;
     let dir = tmp("rowsum");
-    demo_row_sum_artifact(&dir, &[1, 4], None).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_row_sum_artifact(dir.path(), &[1, 4], None).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = bytes(&[1.0; 6]);
     let two = TensorRef {
         dtype: ElementType::F32,
@@ -311,7 +305,6 @@ fn a_result_without_the_batch_rows_is_an_execution_error_not_a_panic() {
         ..two
     };
     assert!(model.run(&[("x", one)]).is_ok());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -319,8 +312,8 @@ fn rows_found_dependent_are_neither_padded_nor_batched() {
     use hlobridge_deploy::writer::demo_row_sum_artifact;
     use hlobridge_deploy::Prepared;
     let dir = tmp("dependent");
-    demo_row_sum_artifact(&dir, &[1, 4], Some(false)).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_row_sum_artifact(dir.path(), &[1, 4], Some(false)).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = bytes(&[1.0; 12]);
     let t = |b: i64| TensorRef {
         dtype: ElementType::F32,
@@ -340,5 +333,4 @@ fn rows_found_dependent_are_neither_padded_nor_batched() {
         Err(DeployError::BadInput(_))
     ));
     assert!(model.run(&[("x", t(1))]).is_ok());
-    let _ = std::fs::remove_dir_all(&dir);
 }

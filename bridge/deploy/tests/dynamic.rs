@@ -8,12 +8,10 @@
 use hlobridge_deploy::writer::{demo_artifact, demo_dynamic_artifact};
 use hlobridge_deploy::{DeployError, Model, Prepared, TensorRef};
 use pjrt_client::ElementType;
-use std::path::PathBuf;
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hb-deploy-dyn-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh scratch directory `<tmp>/hb-deploy-dyn-<name>-XXXX`, removed when dropped.
+fn tmp(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("hb-deploy-dyn-{name}-")).tempdir().unwrap()
 }
 
 /// Values in [-1, 1] from a small LCG (fresh per seed; no `rand` dependency).
@@ -77,10 +75,10 @@ fn run(model: &Model, x: &[f32], b: i64) -> Result<Vec<hlobridge_deploy::Tensor>
 #[test]
 fn one_module_serves_every_batch_size_at_its_exact_size() {
     let dir = tmp("sizes");
-    demo_dynamic_artifact(&dir, None).unwrap();
-    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    demo_dynamic_artifact(dir.path(), None).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("manifest.json")).unwrap();
     assert!(text.contains("hlobridge-artifact/2"), "{text}");
-    let model = Model::load(&dir).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     assert!(model.is_dynamic());
     assert!(model.batch_sizes().is_empty());
     // Load compiled the example's shape (batch 2).
@@ -96,14 +94,13 @@ fn one_module_serves_every_batch_size_at_its_exact_size() {
     let x = values(7, 3);
     check(&run(&model, &x, 1).unwrap(), &x, 1);
     assert_eq!(model.shape_stats().unwrap().refinements, 5);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn merged_requests_run_as_one_exact_batch() {
     let dir = tmp("merge");
-    demo_dynamic_artifact(&dir, Some(8)).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_dynamic_artifact(dir.path(), Some(8)).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     assert_eq!(model.max_batch(), Some(8));
     let xs: Vec<(i64, Vec<f32>)> = [(1i64, 11u64), (2, 12), (2, 13)]
         .iter()
@@ -133,14 +130,13 @@ fn merged_requests_run_as_one_exact_batch() {
     }
     // The 5 rows ran as batch 5 (no bucket to pad to).
     assert!(model.shape_stats().is_some());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn shapes_that_break_the_constraints_name_the_dim_and_the_constraint() {
     let dir = tmp("bad");
-    demo_dynamic_artifact(&dir, Some(8)).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_dynamic_artifact(dir.path(), Some(8)).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = values(1, 9 * 3);
     match run(&model, &x, 9) {
         Err(DeployError::ShapeConstraint {
@@ -177,7 +173,6 @@ fn shapes_that_break_the_constraints_name_the_dim_and_the_constraint() {
     // The model keeps serving.
     let x = values(3, 4 * 3);
     check(&run(&model, &x, 4).unwrap(), &x, 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -185,9 +180,9 @@ fn a_module_assertion_the_manifest_does_not_state_is_named_by_the_refinement() {
     // A hand-edited manifest that claims batch >= 1 while the module
     // asserts batch >= 2: the refinement's assertion names it.
     let dir = tmp("assert");
-    demo_dynamic_artifact(&dir, None).unwrap();
+    demo_dynamic_artifact(dir.path(), None).unwrap();
     let rows_dep = {
-        let man = dir.join("manifest.json");
+        let man = dir.path().join("manifest.json");
         let t = std::fs::read_to_string(&man).unwrap();
         assert!(t.contains("\"min\": 2"), "{t}");
         t.replace("\"rows_independent\": true", "\"rows_independent\": false")
@@ -196,18 +191,18 @@ fn a_module_assertion_the_manifest_does_not_state_is_named_by_the_refinement() {
     let m = hlobridge_deploy::Manifest::parse(&rows_dep).unwrap();
     let mut m2 = m.clone();
     m2.dynamic.as_mut().unwrap().symbols[0].min = 1;
-    let module = std::fs::read_to_string(dir.join("module.mlir")).unwrap();
-    let w = std::fs::read(dir.join("weights.safetensors")).unwrap();
+    let module = std::fs::read_to_string(dir.path().join("module.mlir")).unwrap();
+    let w = std::fs::read(dir.path().join("weights.safetensors")).unwrap();
     let st = hlobridge_deploy::safetensors::parse(&w).unwrap();
     let e = &st["w"];
     hlobridge_deploy::writer::write_artifact(
-        &dir,
+        dir.path(),
         &m2,
         &[("module.mlir", &module)],
         &[("w", e.dtype, &e.shape, &w[e.range.clone()])],
     )
     .unwrap();
-    let model = Model::load(&dir).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = values(4, 3);
     match run(&model, &x, 1) {
         Err(DeployError::ShapeConstraint {
@@ -218,19 +213,17 @@ fn a_module_assertion_the_manifest_does_not_state_is_named_by_the_refinement() {
         }
         other => panic!("{other:?}"),
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn static_artifacts_keep_format_1_and_their_buckets() {
     let dir = tmp("static");
-    demo_artifact(&dir, &[2, 4]).unwrap();
-    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    demo_artifact(dir.path(), &[2, 4]).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("manifest.json")).unwrap();
     assert!(text.contains("hlobridge-artifact/1"), "{text}");
-    let model = Model::load(&dir).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     assert!(!model.is_dynamic());
     assert_eq!(model.batch_sizes(), vec![2, 4]);
     let x = values(5, 3 * 3);
     check(&run(&model, &x, 3).unwrap(), &x, 3);
-    let _ = std::fs::remove_dir_all(&dir);
 }

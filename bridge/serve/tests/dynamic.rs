@@ -66,8 +66,8 @@ fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_a_dynamic_artifact_at_several_batch_sizes() {
     let dir = common::tmp("serve-dyn", "sizes");
-    demo_dynamic_artifact(&dir, Some(16)).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_dynamic_artifact(dir.path(), Some(16)).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let mut srv = start_model(model, ServeConfig::default()).await;
     let mut c = client(&srv.url()).await;
     for rows in [1, 2, 5, 11, 16, 5] {
@@ -103,13 +103,13 @@ async fn serves_a_dynamic_artifact_at_several_batch_sizes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batching_merges_requests_into_exact_batches() {
     let dir = common::tmp("serve-dyn", "batch");
-    demo_dynamic_artifact(&dir, None).unwrap();
+    demo_dynamic_artifact(dir.path(), None).unwrap();
     let cfg = ServeConfig {
         batching: true,
         max_delay: std::time::Duration::from_millis(20),
         ..ServeConfig::default()
     };
-    let mut srv = start_model(Model::load(&dir).unwrap(), cfg).await;
+    let mut srv = start_model(Model::load(dir.path()).unwrap(), cfg).await;
     let c = client(&srv.url()).await;
     let mut tasks = Vec::new();
     for k in 0..24 {

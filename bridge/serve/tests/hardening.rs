@@ -38,12 +38,12 @@ use tonic::Code;
 mod common;
 use common::{client, health, health_on, start_demo, start_model, Running};
 
-fn tmp(name: &str) -> std::path::PathBuf {
+fn tmp(name: &str) -> tempfile::TempDir {
     common::tmp("hard", name)
 }
 
 async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
-    start_demo(&tmp(name), buckets, cfg).await
+    start_demo(tmp(name).path(), buckets, cfg).await
 }
 
 fn x(rows: i64) -> Tensor {
@@ -144,8 +144,8 @@ fn framed(msg: &[u8]) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_that_cannot_be_split_is_internal_and_the_server_lives() {
     let dir = tmp("rowsum");
-    demo_row_sum_artifact(&dir, &[1, 4], None).unwrap();
-    let srv = start_model(Model::load(&dir).unwrap(), ServeConfig::default()).await;
+    demo_row_sum_artifact(dir.path(), &[1, 4], None).unwrap();
+    let srv = start_model(Model::load(dir.path()).unwrap(), ServeConfig::default()).await;
     let mut c = client(&srv.url()).await;
     for _ in 0..3 {
         let e = c.predict(req(x(2))).await.unwrap_err();
@@ -159,14 +159,14 @@ async fn a_result_that_cannot_be_split_is_internal_and_the_server_lives() {
 
     // An artifact whose rows the exporter found dependent: no --batching.
     let dep = tmp("dependent");
-    demo_row_sum_artifact(&dep, &[1, 4], Some(false)).unwrap();
+    demo_row_sum_artifact(dep.path(), &[1, 4], Some(false)).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let cfg = ServeConfig {
         batching: true,
         ..ServeConfig::default()
     };
     let r = serve(
-        Arc::new(Model::load(&dep).unwrap()),
+        Arc::new(Model::load(dep.path()).unwrap()),
         &cfg,
         listener,
         async {},

@@ -33,8 +33,8 @@ fn job(inputs: Vec<Tensor>, batch: i64) -> (Job, oneshot::Receiver<worker::Reply
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_execution_fails_its_requests_and_the_worker_lives() {
     let dir = common::tmp("gaps", "panic");
-    demo_artifact(&dir, &[2]).unwrap();
-    let model = Arc::new(Model::load(&dir).unwrap());
+    demo_artifact(dir.path(), &[2]).unwrap();
+    let model = Arc::new(Model::load(dir.path()).unwrap());
     let (queue, _thread, alive) = worker::start(model, 4, false, Duration::ZERO).unwrap();
     for _ in 0..3 {
         // No inputs for a model that takes one: run_batch indexes past them.
@@ -68,7 +68,6 @@ async fn a_panicking_execution_fails_its_requests_and_the_worker_lives() {
         assert_eq!(out[0].shape, vec![2, 3]);
         assert!(*alive.borrow(), "liveness says the worker stopped");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Item 7: requests of an artifact whose rows the exporter found dependent
@@ -79,8 +78,8 @@ fn dependent_rows_are_never_run_together_even_at_an_exported_size() {
     use hlobridge_deploy::writer::demo_row_sum_artifact;
     use hlobridge_deploy::{Prepared, TensorRef};
     let dir = common::tmp("gaps", "dependent");
-    demo_row_sum_artifact(&dir, &[1, 4], Some(false)).unwrap();
-    let model = Model::load(&dir).unwrap();
+    demo_row_sum_artifact(dir.path(), &[1, 4], Some(false)).unwrap();
+    let model = Model::load(dir.path()).unwrap();
     let x = vec![0u8; 2 * 12];
     let two = || Prepared {
         inputs: vec![TensorRef {
@@ -94,5 +93,4 @@ fn dependent_rows_are_never_run_together_even_at_an_exported_size() {
         Err(DeployError::BadInput(m)) => assert!(m.contains("not independent"), "{m}"),
         other => panic!("two requests of dependent rows ran together: {other:?}"),
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,7 +11,7 @@ use tonic::Code;
 mod common;
 use common::{client, start_demo, Running};
 
-fn tmp(name: &str) -> std::path::PathBuf {
+fn tmp(name: &str) -> tempfile::TempDir {
     common::tmp("serve", name)
 }
 
@@ -52,7 +52,7 @@ fn output<'a>(out: &'a hlobridge_serve::pb::PredictResponse, name: &str) -> &'a 
 }
 
 async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
-    start_demo(&tmp(name), buckets, cfg).await
+    start_demo(tmp(name).path(), buckets, cfg).await
 }
 
 fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
@@ -260,8 +260,8 @@ async fn batching_splits_results_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bearer_token_and_public_address() {
     let dir = tmp("tok");
-    std::fs::create_dir_all(&dir).unwrap();
-    let tf = dir.join("token");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    let tf = dir.path().join("token");
     std::fs::write(&tf, "s3cret-token-0123456789\n").unwrap();
     let cfg = ServeConfig {
         token_file: Some(tf.clone()),

@@ -52,8 +52,8 @@ async fn health_is_not_serving_once_the_execution_thread_is_gone() {
     let dir = common::tmp("death", "rowsum");
     // A batch of 2 pads to 4 rows, and the row-sum output has 1 row: an
     // execution error, logged by the worker, which the layer turns fatal.
-    demo_row_sum_artifact(&dir, &[1, 4], None).unwrap();
-    let srv = common::start_model(Model::load(&dir).unwrap(), ServeConfig::default()).await;
+    demo_row_sum_artifact(dir.path(), &[1, 4], None).unwrap();
+    let srv = common::start_model(Model::load(dir.path()).unwrap(), ServeConfig::default()).await;
     let mut c = common::client(&srv.url()).await;
     c.predict(x(1)).await.unwrap();
     assert_eq!(health(&srv.url()).await, ServingStatus::Serving as i32);
@@ -75,5 +75,4 @@ async fn health_is_not_serving_once_the_execution_thread_is_gone() {
     let e = c.predict(x(1)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     srv.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 
-/// A fresh scratch directory `<tmp>/hb-<file>-<pid>-<name>`.
-pub fn tmp(file: &str, name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("hb-{file}-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh scratch directory `<tmp>/hb-<file>-<name>-XXXX`, removed when dropped.
+pub fn tmp(file: &str, name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("hb-{file}-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A server running on a task of its own.
