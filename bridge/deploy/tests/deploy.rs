@@ -8,7 +8,10 @@ use pjrt_client::ElementType;
 
 /// A fresh scratch directory `<tmp>/hb-deploy-<name>-XXXX`, removed when dropped.
 fn tmp(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("hb-deploy-{name}-")).tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix(&format!("hb-deploy-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A small deterministic generator (no `rand` dependency).

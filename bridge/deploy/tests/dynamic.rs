@@ -11,7 +11,10 @@ use pjrt_client::ElementType;
 
 /// A fresh scratch directory `<tmp>/hb-deploy-dyn-<name>-XXXX`, removed when dropped.
 fn tmp(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("hb-deploy-dyn-{name}-")).tempdir().unwrap()
+    tempfile::Builder::new()
+        .prefix(&format!("hb-deploy-dyn-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Values in [-1, 1] from a small LCG (fresh per seed; no `rand` dependency).
