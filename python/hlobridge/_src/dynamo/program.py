@@ -104,12 +104,12 @@ class Program:
     not all plain-dtype tensors): see :meth:`CompiledGraph.__call__`."""
     plan: tuple[list[tuple[str, str, bool]], list[tuple[str, str, str, str, list[str], list[str]]],
                 list[str]] | None = None
-    aliases: list[tuple[int, int]] = field(default_factory=list)
-    """``(k, j)``: program input ``k`` is marked ``tf.aliasing_output = j``
-    (a mutated input written in place as result ``j``)."""
     """What was stitched: ``(inputs, segments, outputs)`` as passed to
     :func:`hlobridge._native.stitch` (references, no copies), for
     :func:`hlobridge.viz`."""
+    aliases: list[tuple[int, int]] = field(default_factory=list)
+    """``(k, j)``: program input ``k`` is marked ``tf.aliasing_output = j``
+    (a mutated input written in place as result ``j``)."""
 
     @property
     def calls(self) -> int:
@@ -314,6 +314,7 @@ class CompiledGraph:
                        lower_s=sp.lower_s, compile_s=0.0 if hit else exe.compile_time_s,
                        outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs],
                        plan=sp.plan, aliases=aliases)
+
 
 _MAIN = re.compile(r"^\s*func\.func (?:public )?@main\(.*$", re.MULTILINE)
 
