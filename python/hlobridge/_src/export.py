@@ -65,6 +65,7 @@ from typing import Any
 import torch
 
 from hlobridge import _native
+from hlobridge._src.export_capture import mlir_dtype, recording_backend, run_text_once, same_tensor, tensor_spec
 from hlobridge.errors import (
     ArgumentError,
     ArtifactHashError,
@@ -129,80 +130,6 @@ class _Captured:
     """Its arguments on the example inputs, in program order (``params``)."""
 
 
-def _mlir_dtype(dt: torch.dtype) -> str:
-    from hlobridge._src.dtypes import DTYPES
-
-    entry = DTYPES.get(dt)
-    if entry is None:
-        raise ExportError(f"dtype {dt} is not supported")
-    return entry[0]
-
-
-def _spec(name: str, t: torch.Tensor, weight: bool | None = None) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": name, "dtype": _mlir_dtype(t.dtype), "shape": list(t.shape)}
-    if weight is not None:
-        d["weight"] = weight
-    return d
-
-
-def _recording_backend(record: list[tuple[Any, list[Any]]], dynamic: bool = False) -> Callable[..., Any]:
-    """The ``"hlobridge"`` backend (same decompositions, attention and
-    collective checks) whose inference compiler also records each compiled
-    graph and the arguments it is called with. ``dynamic``: the backend's
-    dynamic path, one :class:`~hlobridge._src.dynamic.graph.DynamicGraph`
-    per graph, refusing a graph whose dims the capture specialised."""
-
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
-        import contextlib
-
-        from torch._dynamo.backends.common import aot_autograd
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        from hlobridge._src.distributed_guard import check_fx_collectives
-        from hlobridge._src.dynamo.engine import decompositions
-        from hlobridge._src.dynamo.program import CompiledGraph, dynamo_input_names
-
-        check_fx_collectives(gm)
-        guard: Any = contextlib.nullcontext()
-        if dynamic:
-            from hlobridge._src.dynamic import DynamicGraph, graph_is_symbolic, tracing_guard
-
-            user = dynamo_input_names(gm)[0]
-            guard = tracing_guard(gm)
-
-        def compiler(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
-            if not dynamic:
-                cg: Any = CompiledGraph(g, "export")
-            elif not graph_is_symbolic(g):
-                raise ExportError("the dims named dynamic were specialised by the capture (the "
-                                  "model fixes their size); export without dynamic")
-            else:
-                cg = DynamicGraph(g, "export", user)
-
-            def run(*args: Any) -> Any:
-                flat = list(args[0]) if len(args) == 1 and type(args[0]) is list else list(args)
-                record.append((cg, flat))
-                return cg(flat)
-
-            run._boxed_call = True  # type: ignore[attr-defined]
-            return run
-
-        def no_backward(g: torch.fx.GraphModule, _ex: list[Any]) -> Any:
-            raise ExportError("export captures inference; call it under torch.no_grad()")
-
-        aot = aot_autograd(fw_compiler=compiler, bw_compiler=no_backward, inference_compiler=compiler,
-                           decompositions=decompositions())
-        with sdpa_kernel([SDPBackend.MATH]), guard:
-            return aot(gm, example_inputs, **kwargs)
-
-    return backend
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.dtype == b.dtype
-            and a.stride() == b.stride())
-
-
 def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str]) -> _Captured:
     import torch._dynamo
 
@@ -212,7 +139,7 @@ def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: 
     if isinstance(fn, torch.nn.Module):
         named = [*fn.named_parameters(), *fn.named_buffers()]
     record: list[tuple[Any, list[Any]]] = []
-    compiled = torch.compile(fn, backend=_recording_backend(record), dynamic=False, fullgraph=True)
+    compiled = torch.compile(fn, backend=recording_backend(record), dynamic=False, fullgraph=True)
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     try:
         with torch.no_grad(), torch._dynamo.config.patch(**{limit: 1024}):
@@ -238,19 +165,19 @@ def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: 
     used_names: set[str] = set()
     for i in prog.inputs:
         t = gargs[i]
-        user = next((k for k, x in enumerate(args) if _same(t, x)), None)
+        user = next((k for k, x in enumerate(args) if same_tensor(t, x)), None)
         if user is not None:
-            params.append(_spec(names[user], t, False))
+            params.append(tensor_spec(names[user], t, False))
             continue
-        name = next((n for n, p in named if _same(t, p.detach()) and n not in used_names), None)
+        name = next((n for n, p in named if same_tensor(t, p.detach()) and n not in used_names), None)
         if name is None:
             name = f"_captured{len(weights)}"
         used_names.add(name)
-        params.append(_spec(name, t, True))
+        params.append(tensor_spec(name, t, True))
         weights.append((name, t))
     for k, c in enumerate(prog.constants):
         name = f"_const{k}"
-        params.append(_spec(name, c, True))
+        params.append(tensor_spec(name, c, True))
         weights.append((name, c))
     # Program results, named by the first graph output that returns each.
     n_res = 1 + max((o[1] for o in prog.outputs if o is not None and o[0] == "prog"), default=-1)
@@ -262,20 +189,9 @@ def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: 
         if out_names[o[1]] is None:
             out_names[o[1]] = f"output_{k}" if len(prog.outputs) > 1 else "output"
     ins = [gargs[i].contiguous() for i in prog.inputs] + list(prog.constants)
-    results = _run_text_once(prog.exe, ins)
-    outputs = [_spec(n or f"result_{j}", r) for j, (n, r) in enumerate(zip(out_names, results))]
+    results = run_text_once(prog.exe, ins)
+    outputs = [tensor_spec(n or f"result_{j}", r) for j, (n, r) in enumerate(zip(out_names, results))]
     return _Captured(prog.text, params, weights, outputs, results, prog.exe, ins)
-
-
-def _run_text_once(exe: Any, ins: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    from torch.utils.dlpack import from_dlpack
-
-    from hlobridge._src.dtypes import CODES
-
-    ins = [t.contiguous() for t in ins]
-    caps, *_ = _native.execute(exe, [t.data_ptr() for t in ins], [tuple(t.shape) for t in ins],
-                               [CODES[t.dtype] for t in ins], list(ins))
-    return [from_dlpack(c).clone() for c in caps]
 
 
 def _capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str],
@@ -297,10 +213,10 @@ def _capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: li
 def _finish_text(text: str, args: Sequence[torch.Tensor], names: list[str],
                  weight_pos: set[int]) -> _Captured:
     exe, _hit = _native.compile(text)
-    results = _run_text_once(exe, args)
-    params = [_spec(n, x, k in weight_pos) for k, (n, x) in enumerate(zip(names, args))]
+    results = run_text_once(exe, args)
+    params = [tensor_spec(n, x, k in weight_pos) for k, (n, x) in enumerate(zip(names, args))]
     weights = [(n, x) for k, (n, x) in enumerate(zip(names, args)) if k in weight_pos]
-    outs = [_spec(f"output_{j}" if len(results) > 1 else "output", r) for j, r in enumerate(results)]
+    outs = [tensor_spec(f"output_{j}" if len(results) > 1 else "output", r) for j, r in enumerate(results)]
     return _Captured(text, params, weights, outs, results, exe, list(args))
 
 
@@ -346,7 +262,7 @@ def _rows_mixed(cap: _Captured, b: int, bd: int) -> str | None:
         args = list(cap.args)
         for k in inputs:
             args[k] = args[k].index_select(bd, idx).contiguous()
-        return _run_text_once(cap.exe, args)
+        return run_text_once(cap.exe, args)
 
     perm = torch.roll(torch.arange(b), 1)  # every row moves
     for o, got, base in zip(cap.outputs, run_with(perm), cap.results):
@@ -709,7 +625,7 @@ def export(what: Any, *example_inputs: torch.Tensor, path: str | os.PathLike[str
         manifest["batching_refused"] = refused
     if dyn_symbols is not None:
         manifest["dynamic"] = {"symbols": dyn_symbols}
-    weights_in = [(n, _mlir_dtype(t.dtype), list(t.shape), _tensor_bytes(t)) for n, t in first.weights]
+    weights_in = [(n, mlir_dtype(t.dtype), list(t.shape), _tensor_bytes(t)) for n, t in first.weights]
     text = _native.artifact_write(str(out_dir), json.dumps(manifest), texts, weights_in)
     same = next((cap for b, cap in captures if b == example_b), None)
     example = None if same is None else {o["name"]: r for o, r in zip(first.outputs, same.results)}

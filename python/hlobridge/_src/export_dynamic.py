@@ -34,6 +34,7 @@ import torch
 
 from hlobridge import _native
 from hlobridge._src.errors import BridgeError, ExportError
+from hlobridge._src.export_capture import recording_backend, run_text_once, same_tensor, tensor_spec
 
 __all__ = ["DynamicCapture", "capture_jax", "capture_torch", "normalize"]
 
@@ -119,15 +120,6 @@ def _check_refines(text: str, shapes: list[list[int]]) -> tuple[str, Any]:
     return refined, exe
 
 
-def _spec(name: str, t: torch.Tensor, weight: bool | None, dims: list[Any] | None) -> dict[str, Any]:
-    from hlobridge._src.export import _spec as static_spec
-
-    d = static_spec(name, t, weight)
-    if dims is not None:
-        d["dims"] = dims
-    return d
-
-
 # -- torch -------------------------------------------------------------------------
 
 
@@ -160,7 +152,6 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
     import torch._dynamo
 
     from hlobridge._src.dynamic.symbols import expr_of
-    from hlobridge._src.export import _recording_backend, _run_text_once, _same
 
     if isinstance(fn, torch.nn.Module) and fn.training:
         raise ExportError("export captures inference: call model.eval() first")
@@ -172,7 +163,7 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
         for d in dims:
             torch._dynamo.mark_dynamic(xs[k], d)
     record: list[tuple[Any, list[Any]]] = []
-    backend = _recording_backend(record, dynamic=True)
+    backend = recording_backend(record, dynamic=True)
     compiled = torch.compile(fn, backend=backend, dynamic=None, fullgraph=True)
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     try:
@@ -197,7 +188,7 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
     for k, dims in spec.items():
         for d, sym in dims.items():
             vals = [placeholders[i].meta.get("val") for i, t in enumerate(gargs)
-                    if isinstance(t, torch.Tensor) and _same(t, xs[k])]
+                    if isinstance(t, torch.Tensor) and same_tensor(t, xs[k])]
             if not vals or not isinstance(vals[0], torch.Tensor):
                 raise ExportError(f"input {names[k]} is not an input of the captured program")
             e = expr_of(vals[0].shape[d])
@@ -231,23 +222,23 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
     for i in mod.inputs:
         t = gargs[i]
         val = placeholders[i].meta.get("val")
-        user = next((k for k, x in enumerate(xs) if _same(t, x)), None)
+        user = next((k for k, x in enumerate(xs) if same_tensor(t, x)), None)
         if user is not None:
-            params.append(_spec(names[user], args[user], False, dims_of(val, f"input {names[user]}")))
+            params.append(tensor_spec(names[user], args[user], False, dims_of(val, f"input {names[user]}")))
             ins.append(args[user].contiguous())
             continue
         if isinstance(val, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in val.shape):
             raise ExportError("a captured tensor that is not an input has a dynamic shape")
-        name = next((n for n, p in named if _same(t, p.detach()) and n not in used), None)
+        name = next((n for n, p in named if same_tensor(t, p.detach()) and n not in used), None)
         if name is None:
             name = f"_captured{len(weights)}"
         used.add(name)
-        params.append(_spec(name, t, True, None))
+        params.append(tensor_spec(name, t, True, None))
         weights.append((name, t))
         ins.append(t.contiguous())
     for k, c in enumerate(mod.constants):
         name = f"_const{k}"
-        params.append(_spec(name, c, True, None))
+        params.append(tensor_spec(name, c, True, None))
         weights.append((name, c))
         ins.append(c)
     for k, o in enumerate(mod.outputs):
@@ -263,13 +254,13 @@ def capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: l
     out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None
                 for a in out_node.args[0]]  # type: ignore[union-attr]
     _text, exe = _check_refines(mod.text, [list(t.shape) for t in ins])
-    results = _run_text_once(exe, ins)
+    results = run_text_once(exe, ins)
     outputs = []
     for j, r in enumerate(results):
         k = next(k for k, o in enumerate(mod.outputs) if o is not None and o[1] == j)
         v = out_vals[k]
         dims = dims_of(v, None) if isinstance(v, torch.Tensor) else list(r.shape)
-        outputs.append(_spec(out_names[j] or f"result_{j}", r, None, dims))
+        outputs.append(tensor_spec(out_names[j] or f"result_{j}", r, None, dims))
     symbols = []
     for s, n in label.items():
         lo, hi = ranges.get(s, (2, None))
@@ -293,7 +284,6 @@ def capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: lis
     import jax
 
     from hlobridge._src.dtypes import DTYPES, X64
-    from hlobridge._src.export import _run_text_once
 
     scope = jax.export.SymbolicScope()
     sds = []
@@ -313,17 +303,17 @@ def capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: lis
         text = exported.mlir_module()
     ins = [x.contiguous() for x in args]
     _refined, exe = _check_refines(text, [list(x.shape) for x in ins])
-    results = _run_text_once(exe, ins)
+    results = run_text_once(exe, ins)
     params = []
     for k, (n, x) in enumerate(zip(names, args)):
         dims = None if k in weight_pos else [spec.get(k, {}).get(d, int(s))
                                               for d, s in enumerate(x.shape)]
-        params.append(_spec(n, x, k in weight_pos, dims))
+        params.append(tensor_spec(n, x, k in weight_pos, dims))
     weights = [(n, x) for k, (n, x) in enumerate(zip(names, args)) if k in weight_pos]
     outputs = []
     for j, (r, aval) in enumerate(zip(results, exported.out_avals)):
         dims = [d if isinstance(d, int) else str(d) for d in aval.shape]
-        outputs.append(_spec(f"output_{j}" if len(results) > 1 else "output", r, None, dims))
+        outputs.append(tensor_spec(f"output_{j}" if len(results) > 1 else "output", r, None, dims))
     used = sorted({s for dims in spec.values() for s in dims.values()})
     symbols = [{"name": s, "min": 1} for s in used]
     return DynamicCapture(text, params, weights, outputs, results, exe, ins, symbols)
