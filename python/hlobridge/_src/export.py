@@ -331,8 +331,6 @@ class Artifact:
         next exported size and the outputs are sliced back, as ``hlobridge
         serve`` does (unless the exporter found the rows not independent:
         then the batch size must be an exported one)."""
-        from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
-
         m = self.manifest
         specs = {p["name"]: p for p in m["params"] if not p["weight"]}
         unknown = set(inputs) - set(specs)
@@ -357,29 +355,36 @@ class Artifact:
                 inputs = {n: _pad_rows(t, bd, int(module["batch"])) for n, t in inputs.items()}
         args = [self._weights[p["name"]] if p["weight"] else inputs[p["name"]].contiguous()
                 for p in m["params"]]
-        t0 = time.perf_counter()
         file = module["file"]
-        exe = self._exes.get(file)
-        cache: Any = "hit"
-        compile_s = 0.0
-        if exe is None:
-            exe, hit = _native.compile(self._modules[file])
-            compile_s = time.perf_counter() - t0
-            cache = "content" if hit else "miss"
-            self._exes[file] = exe
-        from hlobridge._src.dtypes import CODES
-        from torch.utils.dlpack import from_dlpack
-
-        seg = Segment(f"export:{self.path.name}/{file}", "hlobridge", self.content_hash,
-                      len(args), len(m["outputs"]))
-        outs = run_and_record(exe, args, platform=_native.runtime().platform, segments=[seg],
-                              accounting=compile_accounting(cache, compile_s), t0=t0,
-                              wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
-                              codes=[CODES[t.dtype] for t in args])
+        outs = self._execute(file, file, args, lambda: self._modules[file])
         if bd is not None and int(module["batch"]) != b:
             outs = [t.narrow(bd, 0, b) for t in outs]
         return {o["name"]: t for o, t in zip(m["outputs"], outs)}
 
+    def _execute(self, key: Any, label: str, args: list[torch.Tensor],
+                 text: Callable[[], str]) -> list[torch.Tensor]:
+        """Run the program cached under ``key`` on ``args``, compiling
+        ``text()`` on first use, with a receipt (segment ``label``)."""
+        from torch.utils.dlpack import from_dlpack
+
+        from hlobridge._src.dtypes import CODES
+        from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
+
+        t0 = time.perf_counter()
+        exe = self._exes.get(key)
+        cache: Any = "hit"
+        compile_s = 0.0
+        if exe is None:
+            exe, hit = _native.compile(text())
+            compile_s = time.perf_counter() - t0
+            cache = "content" if hit else "miss"
+            self._exes[key] = exe
+        seg = Segment(f"export:{self.path.name}/{label}", "hlobridge", self.content_hash,
+                      len(args), len(self.manifest["outputs"]))
+        return run_and_record(exe, args, platform=_native.runtime().platform, segments=[seg],
+                              accounting=compile_accounting(cache, compile_s), t0=t0,
+                              wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
+                              codes=[CODES[t.dtype] for t in args])
 
     def _run_dynamic(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """:meth:`run` of a dynamic artifact: the shapes checked against the
@@ -387,11 +392,7 @@ class Artifact:
         ``hlobridge serve`` makes), a batch below the batch symbol's ``min``
         padded up to it, and the ONE module refined to the call's shapes by
         the Rust pass and compiled on first use of each shape."""
-        from torch.utils.dlpack import from_dlpack
-
-        from hlobridge._src.dtypes import CODES
         from hlobridge._src.errors import ShapeAssertionError
-        from hlobridge._src.receipt import Segment, compile_accounting, run_and_record
 
         m = self.manifest
         text = self._manifest_json()
@@ -420,22 +421,8 @@ class Artifact:
                 for p in m["params"]]
         key = tuple(tuple(int(d) for d in t.shape) for t in args)
         file = m["modules"][0]["file"]
-        t0 = time.perf_counter()
-        exe = self._exes.get(key)
-        cache: Any = "hit"
-        compile_s = 0.0
-        if exe is None:
-            refined = _native.refine_shapes(self._modules[file], [list(s) for s in key])
-            exe, hit = _native.compile(refined)
-            compile_s = time.perf_counter() - t0
-            cache = "content" if hit else "miss"
-            self._exes[key] = exe
-        seg = Segment(f"export:{self.path.name}/{file}{list(key)}", "hlobridge", self.content_hash,
-                      len(args), len(m["outputs"]))
-        outs = run_and_record(exe, args, platform=_native.runtime().platform, segments=[seg],
-                              accounting=compile_accounting(cache, compile_s), t0=t0,
-                              wrap=from_dlpack, shapes=[tuple(t.shape) for t in args],
-                              codes=[CODES[t.dtype] for t in args])
+        outs = self._execute(key, f"{file}{list(key)}", args,  # refined per shape, in Rust
+                             lambda: _native.refine_shapes(self._modules[file], [list(d) for d in key]))
         if bd is not None and rows != b:
             outs = [t.narrow(bd, 0, int(b)) for t in outs]  # type: ignore[arg-type]
         return {o["name"]: t for o, t in zip(m["outputs"], outs)}
