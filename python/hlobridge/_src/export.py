@@ -65,7 +65,7 @@ from typing import Any
 import torch
 
 from hlobridge import _native
-from hlobridge._src.export_capture import mlir_dtype, recording_backend, run_text_once, same_tensor, tensor_spec
+from hlobridge._src.export_capture import Captured, mlir_dtype, recording_backend, run_text_once, same_tensor, tensor_spec
 from hlobridge.errors import (
     ArgumentError,
     ArtifactHashError,
@@ -116,21 +116,7 @@ def producer_versions() -> dict[str, str]:
 # -- capture -----------------------------------------------------------------------
 
 
-@dataclass
-class _Captured:
-    text: str
-    params: list[dict[str, Any]]
-    weights: list[tuple[str, torch.Tensor]]
-    outputs: list[dict[str, Any]]
-    results: list[torch.Tensor]
-    """The program's outputs on the example inputs (for the caller's checks)."""
-    exe: Any
-    """The compiled program."""
-    args: list[torch.Tensor]
-    """Its arguments on the example inputs, in program order (``params``)."""
-
-
-def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str]) -> _Captured:
+def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str]) -> Captured:
     import torch._dynamo
 
     if isinstance(fn, torch.nn.Module) and fn.training:
@@ -191,11 +177,11 @@ def _capture_torch(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: 
     ins = [gargs[i].contiguous() for i in prog.inputs] + list(prog.constants)
     results = run_text_once(prog.exe, ins)
     outputs = [tensor_spec(n or f"result_{j}", r) for j, (n, r) in enumerate(zip(out_names, results))]
-    return _Captured(prog.text, params, weights, outputs, results, prog.exe, ins)
+    return Captured(prog.text, params, weights, outputs, results, prog.exe, ins)
 
 
 def _capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: list[str],
-                 weight_pos: set[int]) -> _Captured:
+                 weight_pos: set[int]) -> Captured:
     import jax
 
     from hlobridge._src.dtypes import DTYPES, X64
@@ -211,13 +197,13 @@ def _capture_jax(fn: Callable[..., Any], args: Sequence[torch.Tensor], names: li
 
 
 def _finish_text(text: str, args: Sequence[torch.Tensor], names: list[str],
-                 weight_pos: set[int]) -> _Captured:
+                 weight_pos: set[int]) -> Captured:
     exe, _hit = _native.compile(text)
     results = run_text_once(exe, args)
     params = [tensor_spec(n, x, k in weight_pos) for k, (n, x) in enumerate(zip(names, args))]
     weights = [(n, x) for k, (n, x) in enumerate(zip(names, args)) if k in weight_pos]
     outs = [tensor_spec(f"output_{j}" if len(results) > 1 else "output", r) for j, r in enumerate(results)]
-    return _Captured(text, params, weights, outs, results, exe, list(args))
+    return Captured(text, params, weights, outs, results, exe, list(args))
 
 
 def _input_names(what: Any, n: int, given: Sequence[str] | None) -> list[str]:
@@ -252,7 +238,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a, b))
 
 
-def _rows_mixed(cap: _Captured, b: int, bd: int) -> str | None:
+def _rows_mixed(cap: Captured, b: int, bd: int) -> str | None:
     """Why the rows of ``cap`` (captured at batch size ``b`` >= 2) are not
     independent, or ``None``: permuting the batch must permute the outputs,
     and making every row a copy of row 0 must leave row 0's outputs alone."""

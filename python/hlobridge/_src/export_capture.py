@@ -1,17 +1,34 @@
 """What the static and the dynamic export captures share
 (:mod:`hlobridge._src.export`, :mod:`hlobridge._src.export_dynamic`): the
-manifest entry of a tensor, the recording ``"hlobridge"`` backend, and one
-run of a compiled module on given tensors."""
+captured module, the manifest entry of a tensor, the recording
+``"hlobridge"`` backend, and one run of a compiled module on given tensors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hlobridge import _native
 from hlobridge._src.errors import ExportError
+
+
+@dataclass
+class Captured:
+    """A captured module ready to export, with its run on the example inputs."""
+
+    text: str
+    params: list[dict[str, Any]]
+    weights: list[tuple[str, torch.Tensor]]
+    outputs: list[dict[str, Any]]
+    results: list[torch.Tensor]
+    """The program's outputs on the example inputs (for the caller's checks)."""
+    exe: Any
+    """The compiled program."""
+    args: list[torch.Tensor]
+    """Its arguments on the example inputs, in program order (``params``)."""
 
 
 def mlir_dtype(dt: torch.dtype) -> str:

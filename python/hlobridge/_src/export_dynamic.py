@@ -34,7 +34,7 @@ import torch
 
 from hlobridge import _native
 from hlobridge._src.errors import BridgeError, ExportError
-from hlobridge._src.export_capture import recording_backend, run_text_once, same_tensor, tensor_spec
+from hlobridge._src.export_capture import Captured, recording_backend, run_text_once, same_tensor, tensor_spec
 
 __all__ = ["DynamicCapture", "capture_jax", "capture_torch", "normalize"]
 
@@ -45,17 +45,10 @@ DimSpec = dict[int, dict[int, str]]
 
 
 @dataclass
-class DynamicCapture:
+class DynamicCapture(Captured):
     """What :func:`hlobridge._src.export.export` needs of a dynamic capture
-    (the static capture's fields, plus the dims and symbols)."""
+    (the static capture's fields, plus the symbols)."""
 
-    text: str
-    params: list[dict[str, Any]]
-    weights: list[tuple[str, torch.Tensor]]
-    outputs: list[dict[str, Any]]
-    results: list[torch.Tensor]
-    exe: Any
-    args: list[torch.Tensor]
     symbols: list[dict[str, Any]]
     """``{"name", "min", "max"?}`` per symbol."""
 
