@@ -58,8 +58,8 @@ from model_zoo.accuracy import check_exact, check_statistical
 from model_zoo.hybrid import OPTAX_WEIGHT_DECAY, HybridModel, optax_adamw
 from model_zoo.spec import ZooModel, calibrate_batchnorm, zoo_loss
 
-__all__ = ["PATHS", "HYBRID_PATHS", "INFER_TOL", "LOSS_TOL", "PARAM_TOL", "ADAM_TOL", "run_path",
-           "run_hybrid"]
+__all__ = ["PATHS", "HYBRID_PATHS", "INFER_TOL", "LOSS_TOL", "PARAM_TOL", "ADAM_TOL", "TrainingChecks",
+           "run_path", "run_hybrid"]
 
 PATHS = ("compile_infer", "compile_train", "step_sgd", "step_adam")
 HYBRID_PATHS = ("compile_infer", "compile_train", "step_optax")
@@ -109,7 +109,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().double() - b.detach().double()).abs().max())
 
 
-class _Errors:
+class TrainingChecks:
     """The training checks (see the module docstring) and the figures they
     measured: ``loss_err`` and ``loss_err_eager_f32`` (free-running losses
     against eager float64's, recorded), ``loss_err_same_weights`` (the
@@ -150,10 +150,14 @@ class _Errors:
         self._max("loss_err_eager_f32", _diff(e32, e64))
 
     def state(self, model: torch.nn.Module, e32: torch.nn.Module, e64: torch.nn.Module,
-              tol: dict[str, float], what: str) -> None:
+              tol: dict[str, float], what: str, parameters_only: bool = False) -> None:
         """Every parameter and buffer after the steps: the statistical check
-        (integer buffers equal). Matched by name."""
+        (integer buffers equal). Matched by name. ``parameters_only``: the
+        buffers are not compared (a run that holds them constant)."""
         ours, f32, f64 = _state(model), _state(e32), _state(e64)
+        if parameters_only:
+            keep = {n for n, _ in model.named_parameters()}
+            ours, f32, f64 = ({k: v for k, v in d.items() if k in keep} for d in (ours, f32, f64))
         assert ours.keys() == f32.keys() == f64.keys(), sorted(ours.keys() ^ f32.keys())
         sq_hb = sq_f32 = 0.0
         n = 0
@@ -231,7 +235,7 @@ def _compile_train(spec: ZooModel, model: torch.nn.Module, prepare: Prepare | No
     compiled = torch.compile(model, backend="hlobridge", dynamic=False)
     opts = [torch.optim.SGD(m.parameters(), lr=SGD_LR * spec.lr_scale, momentum=0.9)
             for m in (model, e32, e64)]
-    errs = _Errors(spec, e64)
+    errs = TrainingChecks(spec, e64)
     for i, batch in enumerate(_batches(spec, 2)):
         same_weights = errs.loss_reference(model, batch)
         losses = []
@@ -261,7 +265,7 @@ def _step(spec: ZooModel, model: torch.nn.Module, opt: Any,
     loss_fn = zoo_loss(spec)
     o32, o64 = make_ref_opt(e32.parameters()), make_ref_opt(e64.parameters())
     step = hb.compile_train_step(model, loss_fn, opt)
-    errs = _Errors(spec, e64)
+    errs = TrainingChecks(spec, e64)
     for i, batch in enumerate(_batches(spec, 3)):
         same_weights = errs.loss_reference(model, batch)
         loss = step(*batch)
