@@ -65,3 +65,27 @@ def checker(hlobridge_binary):
     c = harness.Checker(hlobridge_binary)
     yield c
     c.close()
+
+
+def _cpu_line() -> str:
+    """The CPU model and its widest vector extension, from /proc/cpuinfo
+    (empty where there is none)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
+                  if ln.startswith("model name")), "unknown")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines()
+                  if ln.startswith("flags")), [])
+    isa = "avx512f" if "avx512f" in flags else "avx2" if "avx2" in flags else "no avx2"
+    return f"{model} ({isa}, {len(os.sched_getaffinity(0))} cores)"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # The CPU varies between machines (Intel or AMD, with or without
+    # AVX-512) and float results may with it: the run's last lines say
+    # which CPU it was.
+    line = _cpu_line()
+    if line:
+        terminalreporter.write_line(f"CPU: {line}")
