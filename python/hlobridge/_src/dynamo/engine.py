@@ -37,6 +37,7 @@ import torch.fx
 from hlobridge._src import config
 from hlobridge._src.errors import CompileBackendError, DataDependentError, UnsupportedOpError
 from hlobridge._src.dynamo.attention_decomp import attention_decompositions
+from hlobridge._src.dynamo.jax_lowerings import jax_lowerings
 from hlobridge._src.dynamo.numerics_decomp import complex_var_mean, numerics_decompositions
 
 __all__ = ["TensorSpec", "LoweredPiece", "LoweringEngine", "TorchXlaLazyEngine", "decompositions",
@@ -155,6 +156,9 @@ def decompositions() -> dict[Any, Any]:
     table[aten._native_batch_norm_legit.default] = _batch_norm_in_place
     table[aten.native_batch_norm.default] = _batch_norm_in_place
     table.update(numerics_decompositions())  # docs/op_numerics.md
+    # Ops torch_xla has no lowering for, as torch or JAX (docs/jax_lowerings.md);
+    # after numerics_decompositions, whose integer-input entries they subsume.
+    table.update(jax_lowerings())
     # Last: the two-pass variance must win over any entry above for the
     # same op (numerics_decompositions' complex var_mean falls through to
     # torch's one-pass core decomposition for real inputs).

@@ -1,0 +1,520 @@
+"""Lowerings for the aten ops torch_xla has none for (its CPU fallbacks),
+so that they compile and run inside the ONE hlobridge program instead of
+ending in :class:`~hlobridge.errors.UnsupportedOpError` ("torch_xla has no
+lowering for aten::...").
+
+:func:`jax_lowerings` is a decomposition table (aten overload -> function),
+merged into the backend's (``hlobridge._src.dynamo.engine.decompositions``),
+so AOTAutograd applies it while it traces: below autograd, so every
+gradient is torch's own autograd formula (whose backward ops go through
+this table too). Each entry is one of two kinds:
+
+- **torch**: torch-level ops torch_xla lowers (torch's own decomposition
+  from ``torch._decomp`` where it is exact, or one spelled out here), e.g.
+  ``addmm`` with ``alpha``/``beta``, ``hypot``, ``linalg_cholesky_ex``
+  through ``aten.cholesky``;
+- **jax**: a JAX function embedded as a ``hlobridge::call_jax`` node (the
+  machinery of :func:`hlobridge.call_jax`: the node becomes a ``jax.jit``
+  segment stitched into the program), e.g. ``_fft_r2c`` as ``jnp.fft``,
+  ``lgamma`` as ``lax.lgamma``. Dtype promotion and output dtypes are done in
+  torch around the call (JAX sees inputs of the result's dtype; integer
+  results are cast in torch, since JAX without x64 has no int64).
+
+A variant that cannot match eager returns ``NotImplemented`` (the op stays
+in the graph, and torch_xla's fallback names it as before). Not covered:
+ops whose JAX lowering on CPU is a LAPACK custom call (``linalg_qr``,
+``linalg_eig``, ``lu``, ``det``/``solve`` which save LU factors for their
+backward...): the PJRT CPU plugin registers no LAPACK FFI handlers.
+
+The table, its semantics and what the op sweep measured are in
+``docs/jax_lowerings.md``; tests in ``tests/python/test_jax_lowerings.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["jax_lowerings"]
+
+aten = torch.ops.aten
+
+# -- call_jax helper -----------------------------------------------------------
+
+
+def _call_jax(name: str, fn: Callable[..., Any], *tensors: torch.Tensor,
+              **static: Any) -> list[torch.Tensor]:
+    """``fn(*arrays, **static)`` as one ``hlobridge::call_jax`` node (static
+    arguments are part of the registered function's identity)."""
+    import torch.utils._pytree as pytree
+
+    from hlobridge._src import custom_op
+
+    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                          for k, v in static.items()))
+
+    def main(*arrays: Any) -> Any:
+        return fn(*arrays, **dict(frozen))
+
+    main.__name__ = main.__qualname__ = f"aten.{name}"
+    spec = pytree.tree_flatten((tuple(tensors), {}))[1]
+    key = custom_op.register(main, spec, tuple(None for _ in tensors),
+                             fn_identity=("hlobridge.jax_lowerings", name, frozen))
+    out = torch.ops.hlobridge.call_jax(key, list(tensors))
+    return list(out)
+
+
+def _float(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the dtype a unary float op computes in (int/bool -> the
+    default float type, as torch's INT_TO_FLOAT promotion)."""
+    return x if x.is_floating_point() or x.is_complex() else x.to(torch.get_default_dtype())
+
+
+def _jax_dtype_ok(*ts: torch.Tensor) -> bool:
+    return all(t.dtype in (torch.float32, torch.float64) for t in ts)
+
+
+# -- torch-level lowerings -----------------------------------------------------
+
+
+def _addbmm(self: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor, *, beta: Any = 1,
+            alpha: Any = 1) -> torch.Tensor:
+    """``beta * self + alpha * sum_b(b1[b] @ b2[b])``; ``beta == 0``
+    ignores ``self`` (NaN included), as eager."""
+    prod = torch.bmm(b1, b2).sum(0)
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod.expand(self.shape) if prod.shape != self.shape else prod
+    return (self * beta if beta != 1 else self) + prod
+
+
+def _addmm_like(ref: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's decomposition of ``addmm``/``addmv`` only where ``alpha`` or
+    ``beta`` is not 1 (torch_xla lowers the plain op itself)."""
+    def lower(self: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1,
+              alpha: Any = 1) -> Any:
+        if beta == 1 and alpha == 1:
+            return NotImplemented
+        return ref(self, a, b, beta=beta, alpha=alpha)
+    return lower
+
+
+def _fmin_fmax(pick: Callable[..., Any]) -> Callable[..., Any]:
+    """``fmin``/``fmax``: the other operand where one is NaN (NaN only where
+    both are), as eager."""
+    def lower(a: torch.Tensor, b: torch.Tensor) -> Any:
+        dt = torch.result_type(a, b)
+        if not dt.is_floating_point:
+            return NotImplemented
+        a, b = a.to(dt), b.to(dt)
+        m = pick(a, b)
+        return torch.where(torch.isnan(a), b, torch.where(torch.isnan(b), a, m))
+    return lower
+
+
+def _exp2(x: torch.Tensor) -> Any:
+    """``2 ** x`` (``stablehlo.power``: exact at integer exponents, as eager)."""
+    xf = _float(x)
+    if xf.is_complex():
+        return NotImplemented
+    return aten.pow.Scalar(2.0, xf)
+
+
+def _adaptive_avg_pool2d(x: torch.Tensor, output_size: list[int]) -> Any:
+    """torch's decomposition where torch_xla has no lowering (an output size
+    that does not divide the input's)."""
+    from torch._decomp import decomposition_table
+
+    if all(x.shape[-2 + i] % output_size[i] == 0 for i in range(2)):
+        return NotImplemented
+    return decomposition_table[aten._adaptive_avg_pool2d.default](x, output_size)
+
+
+def _pool_matrix(n_in: int, n_out: int, like: torch.Tensor) -> torch.Tensor:
+    """``(n_out, n_in)``: row ``i`` averages adaptive pooling's window
+    ``[floor(i*n_in/n_out), ceil((i+1)*n_in/n_out))`` (built from ``arange``,
+    no tensor constant)."""
+    i = torch.arange(n_out, device=like.device).unsqueeze(1)
+    k = torch.arange(n_in, device=like.device).unsqueeze(0)
+    start = (i * n_in) // n_out
+    end = ((i + 1) * n_in + n_out - 1) // n_out
+    inside = (k >= start) & (k < end)
+    return inside.to(like.dtype) / (end - start).to(like.dtype)
+
+
+def _adaptive_avg_pool2d_backward(grad: torch.Tensor, x: torch.Tensor) -> Any:
+    """The backward of adaptive average pooling: pooling is ``P_h @ x @
+    P_w^T`` (:func:`_pool_matrix`), so the input's gradient is
+    ``P_h^T @ grad @ P_w``."""
+    out = grad.shape[-2:]
+    if all(x.shape[-2 + i] % out[i] == 0 for i in range(2)) or not x.is_floating_point():
+        return NotImplemented
+    ph = _pool_matrix(x.shape[-2], out[0], grad)
+    pw = _pool_matrix(x.shape[-1], out[1], grad)
+    return torch.matmul(torch.matmul(ph.mT, grad), pw)
+
+
+def _logcumsumexp(x: torch.Tensor, dim: int) -> Any:
+    return _logcumsumexp_real(x, dim)
+
+
+def _logcumsumexp_real(x: torch.Tensor, dim: int) -> Any:
+    if not _jax_dtype_ok(x) or x.dim() == 0:
+        return NotImplemented
+    import jax
+
+    return _call_jax("_logcumsumexp", lambda a, axis: jax.lax.cumlogsumexp(a, axis=axis), x,
+                     axis=dim % x.dim())[0]
+
+
+def _angle(x: torch.Tensor) -> torch.Tensor:
+    """``angle``: ``atan2(imag, real)`` for complex inputs; for real ones
+    ``pi`` where negative, else 0, NaN kept (as eager)."""
+    if x.dtype == torch.complex128:
+        return NotImplemented  # torch_xla's real/imag of complex128 read wrong values
+    if x.is_complex():
+        return torch.atan2(torch.imag(x), torch.real(x))
+    xf = _float(x)
+    out = torch.where(xf < 0, torch.full_like(xf, math.pi), torch.zeros_like(xf))
+    return torch.where(torch.isnan(xf), xf, out)
+
+
+def _cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
+    """``linalg_cholesky_ex`` through ``aten.cholesky`` (which torch_xla
+    lowers to ``stablehlo.cholesky``); ``info`` as LAPACK's: 0, or the
+    1-based order of the first leading minor that is not positive definite
+    (XLA's factor is NaN from there on, where LAPACK's holds partial
+    values: only the factor of a positive-definite matrix is compared)."""
+    if check_errors:
+        return NotImplemented  # eager raises on the data: not in a program
+    if not _jax_dtype_ok(a) or a.shape[-1] == 0:
+        return NotImplemented
+    factor = aten.cholesky.default(a, upper)
+    # LAPACK reads one triangle: the lower one of A^H for upper=True.
+    info = _call_jax("linalg_cholesky_ex.info", _cholesky_info, a.mH if upper else a)[0]
+    return factor, info
+
+
+def _cholesky_info(a: Any) -> Any:
+    """JAX: LAPACK ``potrf``'s ``info`` of the lower triangle of ``a``
+    (an unblocked factorization in a ``fori_loop``, as the first failing
+    pivot is what ``info`` names); XLA DCEs it where ``info`` is unused."""
+    import jax
+    import jax.numpy as jnp
+
+    n = a.shape[-1]
+    idx = jnp.arange(n)
+
+    def body(k: Any, carry: Any) -> Any:
+        low, info = carry
+        row = low[..., k, :]  # zero from column k on
+        d = jnp.real(a[..., k, k]) - jnp.sum(jnp.abs(row) ** 2, -1)
+        bad = ~(d > 0)
+        info = jnp.where((info == 0) & bad, k + 1, info)
+        lkk = jnp.sqrt(jnp.where(bad, 1, d))
+        col = (a[..., :, k] - jnp.einsum("...ij,...j->...i", low, jnp.conj(row))) / lkk[..., None]
+        col = jnp.where(idx > k, col, jnp.where(idx == k, lkk[..., None].astype(col.dtype), 0))
+        return low.at[..., :, k].set(col), info
+
+    init = (jnp.zeros_like(a), jnp.zeros(a.shape[:-2], jnp.int32))
+    return jax.lax.fori_loop(0, n, body, init)[1]
+
+
+def _solve_triangular(a: torch.Tensor, b: torch.Tensor, *, upper: bool, left: bool = True,
+                      unitriangular: bool = False) -> torch.Tensor:
+    """``linalg_solve_triangular`` through ``aten.triangular_solve``
+    (``stablehlo.triangular_solve``); ``left=False`` solves the transposed
+    system."""
+    if left:
+        return aten.triangular_solve.default(b, a, upper, False, unitriangular)[0]
+    x = aten.triangular_solve.default(b.mT, a.mT, not upper, False, unitriangular)[0]
+    return x.mT
+
+
+def _cholesky_solve_helper(b: torch.Tensor, factor: torch.Tensor, upper: bool) -> torch.Tensor:
+    """Solve ``A X = B`` with ``A = L L^H`` (``U^H U`` if ``upper``): two
+    triangular solves."""
+    if upper:
+        y = _solve_triangular(factor.mH, b, upper=False)
+        return _solve_triangular(factor, y, upper=True)
+    y = _solve_triangular(factor, b, upper=False)
+    return _solve_triangular(factor.mH, y, upper=True)
+
+
+def _cholesky_solve(b: torch.Tensor, factor: torch.Tensor, upper: bool = False) -> Any:
+    """``cholesky_solve``: batch dimensions broadcast, as eager."""
+    if b.dtype != factor.dtype:
+        return NotImplemented
+    batch = torch.broadcast_shapes(b.shape[:-2], factor.shape[:-2])
+    b = b.expand(*batch, *b.shape[-2:])
+    factor = factor.expand(*batch, *factor.shape[-2:])
+    return _cholesky_solve_helper(b, factor, upper)
+
+
+def _cholesky_inverse(factor: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    n = factor.shape[-1]
+    eye = torch.eye(n, dtype=factor.dtype, device=factor.device).expand(factor.shape)
+    return _cholesky_solve_helper(eye, factor, upper)
+
+
+# -- JAX lowerings: FFT ----------------------------------------------------------
+
+# aten's fft_norm_mode: 0 none, 1 by sqrt(n), 2 by n (applied as given).
+_FORWARD_NORM = {0: "backward", 1: "ortho", 2: "forward"}
+"""jnp norm of a forward transform that scales by aten's mode."""
+_INVERSE_NORM = {0: "forward", 1: "ortho", 2: "backward"}
+"""jnp norm of an inverse transform that scales by aten's mode."""
+
+
+def _fft_ok(x: torch.Tensor, dim: list[int]) -> bool:
+    return (x.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128)
+            and 0 < len(dim) <= 3 and all(x.shape[d] > 0 for d in dim))
+
+
+def _fft_r2c(x: torch.Tensor, dim: list[int], normalization: int, onesided: bool) -> Any:
+    if not _fft_ok(x, dim):
+        return NotImplemented
+    import jax.numpy as jnp
+
+    def r2c(a: Any, axes: tuple[int, ...], norm: str, onesided: bool) -> Any:
+        if onesided:
+            return jnp.fft.rfftn(a, axes=axes, norm=norm)
+        return jnp.fft.fftn(a.astype(jnp.result_type(a, jnp.complex64)), axes=axes, norm=norm)
+
+    dims = tuple(d % x.dim() for d in dim)
+    return _call_jax("_fft_r2c", r2c, x, axes=dims, norm=_FORWARD_NORM[normalization],
+                     onesided=onesided)[0]
+
+
+def _fft_c2r(x: torch.Tensor, dim: list[int], normalization: int, last_dim_size: int) -> Any:
+    if not _fft_ok(x, dim) or last_dim_size <= 0:
+        return NotImplemented
+    import jax.numpy as jnp
+
+    dims = tuple(d % x.dim() for d in dim)
+    sizes = tuple(x.shape[d] for d in dims[:-1]) + (last_dim_size,)
+    # irfftn reads only the first last_dim_size // 2 + 1 entries of the last
+    # axis, as aten's c2r (which ignores the rest of a longer input).
+    return _call_jax("_fft_c2r", lambda a, s, axes, norm: jnp.fft.irfftn(a, s=s, axes=axes,
+                                                                          norm=norm),
+                     x, s=sizes, axes=dims, norm=_INVERSE_NORM[normalization])[0]
+
+
+def _fft_c2c(x: torch.Tensor, dim: list[int], normalization: int, forward: bool) -> Any:
+    if not _fft_ok(x, dim):
+        return NotImplemented
+    import jax.numpy as jnp
+
+    def c2c(a: Any, axes: tuple[int, ...], norm: str, forward: bool) -> Any:
+        return (jnp.fft.fftn if forward else jnp.fft.ifftn)(a, axes=axes, norm=norm)
+
+    dims = tuple(d % x.dim() for d in dim)
+    norm = (_FORWARD_NORM if forward else _INVERSE_NORM)[normalization]
+    return _call_jax("_fft_c2c", c2c, x, axes=dims, norm=norm, forward=forward)[0]
+
+
+# -- JAX lowerings: special functions ------------------------------------------
+
+
+def _unary_jax(name: str, jax_fn: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+    """A float unary op as JAX's ``jax_fn()`` (int/bool inputs promoted to
+    the default float type first, as eager)."""
+    def lower(x: torch.Tensor) -> Any:
+        xf = _float(x)
+        if not _jax_dtype_ok(xf):
+            return NotImplemented
+        return _call_jax(name, lambda a: jax_fn()(a), xf)[0]
+    return lower
+
+
+def _binary_jax(name: str, jax_fn: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+    """A float binary op (``igamma``, ``zeta``...) as JAX's ``jax_fn()``,
+    after torch's type promotion and broadcasting."""
+    def lower(a: Any, b: Any) -> Any:
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return NotImplemented
+        dt = torch.result_type(a, b)
+        dt = dt if dt.is_floating_point else torch.get_default_dtype()
+        if dt not in (torch.float32, torch.float64):
+            return NotImplemented
+        a, b = torch.broadcast_tensors(a.to(dt), b.to(dt))
+        return _call_jax(name, lambda x, y: jax_fn()(x, y), a, b)[0]
+    return lower
+
+
+def _jnp(name: str) -> Callable[[], Callable[..., Any]]:
+    def get() -> Callable[..., Any]:
+        import jax.numpy as jnp
+
+        return getattr(jnp, name)  # type: ignore[no-any-return]
+    return get
+
+
+def _signbit(x: torch.Tensor) -> Any:
+    """``signbit``: the sign bit (of -0.0 and -NaN too), read by JAX's
+    bitcast (torch_xla falls back on ``view(dtype)``)."""
+    if x.dtype == torch.bool:
+        return torch.zeros_like(x)
+    if not x.is_floating_point():
+        return x < 0
+    if not _jax_dtype_ok(x):
+        return NotImplemented
+    import jax.numpy as jnp
+
+    return _call_jax("signbit", lambda a: jnp.signbit(a), x)[0]
+
+
+def _copysign_scalar(a: torch.Tensor, other: Any) -> Any:
+    if not isinstance(other, (int, float)):
+        return NotImplemented
+    af = _float(a)
+    return _binary_jax("copysign", _jnp("copysign"))(af, torch.full_like(af, float(other)))
+
+
+def _frexp(x: torch.Tensor) -> Any:
+    """``frexp``: mantissa in ``x``'s dtype, exponent int32 (as eager)."""
+    if not _jax_dtype_ok(x):
+        return NotImplemented
+    import jax.numpy as jnp
+
+    m, e = _call_jax("frexp", lambda a: jnp.frexp(a), x)
+    return m, e.to(torch.int32)
+
+
+def _polygamma(n: int, x: torch.Tensor) -> Any:
+    xf = _float(x)
+    if not _jax_dtype_ok(xf) or n < 0:
+        return NotImplemented
+    import jax
+    import jax.numpy as jnp
+
+    def pg(a: Any, n: int) -> Any:
+        if n == 0:
+            return jax.lax.digamma(a)
+        return jax.lax.polygamma(jnp.full_like(a, n), a)
+    return _call_jax("polygamma", pg, xf, n=n)[0]
+
+
+def _lax(name: str) -> Callable[[], Callable[..., Any]]:
+    def get() -> Callable[..., Any]:
+        import jax
+
+        return getattr(jax.lax, name)  # type: ignore[no-any-return]
+    return get
+
+
+def _special(name: str) -> Callable[[], Callable[..., Any]]:
+    def get() -> Callable[..., Any]:
+        import jax.scipy.special as sp
+
+        return getattr(sp, name)  # type: ignore[no-any-return]
+    return get
+
+
+# -- JAX lowerings: searchsorted -------------------------------------------------
+
+
+def _searchsorted(seq: torch.Tensor, values: Any, *, out_int32: bool = False,
+                  right: bool = False, side: str | None = None,
+                  sorter: torch.Tensor | None = None) -> Any:
+    """``searchsorted`` as ``jnp.searchsorted`` (``vmap`` over the leading
+    dimensions of an N-d sorted sequence); indices cast to int64/int32 in
+    torch."""
+    if not isinstance(values, torch.Tensor) or seq.dim() == 0:
+        return NotImplemented
+    dt = torch.result_type(seq, values)
+    if dt.is_complex or dt == torch.bool:
+        return NotImplemented
+    if sorter is not None:
+        seq = torch.gather(seq, -1, sorter)
+    seq, values = seq.to(dt), values.to(dt)
+    use_right = bool(right) or side == "right"
+    if seq.dim() > 1 and seq.shape[:-1] != values.shape[:-1]:
+        return NotImplemented
+    import jax
+    import jax.numpy as jnp
+
+    def ss(s: Any, v: Any, side: str) -> Any:
+        def one(s1: Any, v1: Any) -> Any:
+            return jnp.searchsorted(s1, v1, side=side, method="compare_all").astype(jnp.int32)
+        if s.ndim == 1:
+            return one(s, v)
+        lead = s.shape[:-1]
+        out = jax.vmap(one)(s.reshape(-1, s.shape[-1]), v.reshape(-1, v.shape[-1]))
+        return out.reshape(*lead, v.shape[-1])
+
+    idx = _call_jax("searchsorted", ss, seq, values, side="right" if use_right else "left")[0]
+    return idx.to(torch.int32 if out_int32 else torch.int64)
+
+
+def _bucketize(x: Any, boundaries: torch.Tensor, *, out_int32: bool = False,
+               right: bool = False) -> Any:
+    if boundaries.dim() != 1:
+        return NotImplemented
+    return _searchsorted(boundaries, x, out_int32=out_int32, right=right)
+
+
+# -- the table -------------------------------------------------------------------
+
+
+@functools.cache
+def _table() -> dict[Any, Callable[..., Any]]:
+    from torch._decomp import decomposition_table as torch_decomp
+
+    t: dict[Any, Callable[..., Any]] = {}
+    # torch: torch's own decompositions (exact to eager up to rounding).
+    for op in (aten.round.decimals, aten.grid_sampler_2d.default):
+        t[op] = torch_decomp[op]
+    t[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool2d
+    t[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
+    t[aten.exp2.default] = _exp2
+    t[aten.fmin.default] = _fmin_fmax(torch.minimum)
+    t[aten.fmax.default] = _fmin_fmax(torch.maximum)
+    t[aten.cholesky_solve.default] = _cholesky_solve
+    t[aten.addmm.default] = _addmm_like(torch_decomp[aten.addmm.default])
+    t[aten.addmv.default] = _addmm_like(torch_decomp[aten.addmv.default])
+    t[aten.addbmm.default] = _addbmm
+    t[aten.angle.default] = _angle
+    t[aten.linalg_cholesky_ex.default] = _cholesky_ex
+    t[aten.linalg_solve_triangular.default] = _solve_triangular
+    t[aten._cholesky_solve_helper.default] = _cholesky_solve_helper
+    t[aten.cholesky_inverse.default] = _cholesky_inverse
+    # jax
+    t[aten._logcumsumexp.default] = _logcumsumexp_real
+    t[aten.logcumsumexp.default] = _logcumsumexp
+    t[aten.hypot.default] = _binary_jax("hypot", _jnp("hypot"))
+    t[aten.copysign.Tensor] = _binary_jax("copysign", _jnp("copysign"))
+    t[aten.copysign.Scalar] = _copysign_scalar
+    t[aten.nextafter.default] = _binary_jax("nextafter", _jnp("nextafter"))
+    t[aten.signbit.default] = _signbit
+    t[aten.frexp.Tensor] = _frexp
+    t[aten._fft_r2c.default] = _fft_r2c
+    t[aten._fft_c2r.default] = _fft_c2r
+    t[aten._fft_c2c.default] = _fft_c2c
+    t[aten.lgamma.default] = _unary_jax("lgamma", _lax("lgamma"))
+    t[aten.digamma.default] = _unary_jax("digamma", _lax("digamma"))
+    t[aten.polygamma.default] = _polygamma
+    t[aten.i0.default] = _unary_jax("i0", _special("i0"))
+    t[aten.special_i0e.default] = _unary_jax("special_i0e", _special("i0e"))
+    t[aten.special_i1.default] = _unary_jax("special_i1", _special("i1"))
+    t[aten.special_i1e.default] = _unary_jax("special_i1e", _special("i1e"))
+    t[aten.special_ndtri.default] = _unary_jax("special_ndtri", _special("ndtri"))
+    t[aten.special_log_ndtr.default] = _unary_jax("special_log_ndtr", _special("log_ndtr"))
+    t[aten.special_erfcx.default] = _unary_jax("special_erfcx", _special("erfcx"))
+    t[aten.igamma.default] = _binary_jax("igamma", _lax("igamma"))
+    t[aten.igammac.default] = _binary_jax("igammac", _lax("igammac"))
+    t[aten.special_zeta.default] = _binary_jax("special_zeta", _lax("zeta"))
+    t[aten.searchsorted.Tensor] = _searchsorted
+    t[aten.bucketize.Tensor] = _bucketize
+    return t
+
+
+def jax_lowerings() -> dict[Any, Callable[..., Any]]:
+    """The table (module docs): aten overload -> lowering, for the
+    backend's decomposition table."""
+    return dict(_table())

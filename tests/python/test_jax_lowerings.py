@@ -1,0 +1,266 @@
+"""The lowerings of ops torch_xla has none for
+(``hlobridge._src.dynamo.jax_lowerings``, ``docs/jax_lowerings.md``):
+each compiled by ``torch.compile(backend="hlobridge", fullgraph=True)``
+(so no graph break) between torch ops, against eager torch on fresh
+seeded random inputs, forward and (where eager differentiates) backward
+(the gradients of ``sum(out * w)``, ``w`` random), in float32 and float64
+(complex where the op takes it).
+
+Tolerances (``torch.testing.assert_close``, relative + absolute):
+float32 ``rtol=1e-4, atol=1e-5``, float64 ``rtol=1e-9, atol=1e-11``
+(JAX's/XLA's special-function and FFT algorithms are not torch's, so not
+bitwise equal); complex as their real type. Integer results (indices,
+``info``) must be equal.
+
+Each call must run as ONE hlobridge program: ``hb.last_receipt()`` after
+the compiled call lists its segments, and for a JAX lowering one of them is
+the ``jax.jit`` segment stitched in with the torch ones around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hlobridge as hb
+
+TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-9, 1e-11)}
+
+Make = Callable[[torch.Generator, torch.dtype], tuple[Any, ...]]
+
+
+def _r(g: torch.Generator, dt: torch.dtype, *shape: int, scale: float = 1.0,
+       offset: float = 0.0) -> torch.Tensor:
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale + offset).to(dt)
+
+
+def _pos(g: torch.Generator, dt: torch.dtype, *shape: int, lo: float = 0.2,
+         hi: float = 5.0) -> torch.Tensor:
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dt)
+
+
+def _c(g: torch.Generator, dt: torch.dtype, *shape: int) -> torch.Tensor:
+    real = torch.float32 if dt == torch.complex64 else torch.float64
+    return torch.complex(_r(g, real, *shape), _r(g, real, *shape))
+
+
+def _spd(g: torch.Generator, dt: torch.dtype, n: int, batch: tuple[int, ...] = ()) -> torch.Tensor:
+    m = _r(g, torch.float64, *batch, n, n)
+    return (m @ m.mT + n * torch.eye(n, dtype=torch.float64)).to(dt)
+
+
+def _tri(g: torch.Generator, dt: torch.dtype, n: int, upper: bool) -> torch.Tensor:
+    m = _r(g, torch.float64, n, n) * 0.3 + 2 * torch.eye(n, dtype=torch.float64)
+    return (m.triu() if upper else m.tril()).to(dt)
+
+
+# name -> (function, inputs, differentiable, JAX segment expected, dtypes)
+R = (torch.float32, torch.float64)
+C = (torch.complex64, torch.complex128)
+CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, ...]]] = {
+    # torch-level
+    "addmm_alpha_beta": (lambda s, a, b: torch.addmm(s, a, b, beta=0.5, alpha=2.0),
+                         lambda g, d: (_r(g, d, 3, 5), _r(g, d, 3, 4), _r(g, d, 4, 5)),
+                         True, False, R),
+    "addmm_beta0_nan": (lambda s, a, b: torch.addmm(s, a, b, beta=0.0, alpha=3.0),
+                        lambda g, d: (torch.full((3, 5), float("nan"), dtype=d),
+                                      _r(g, d, 3, 4), _r(g, d, 4, 5)), False, False, R),
+    "addmv": (lambda s, a, v: torch.addmv(s, a, v, beta=2.0, alpha=-1.0),
+              lambda g, d: (_r(g, d, 3), _r(g, d, 3, 4), _r(g, d, 4)), True, False, R),
+    "addbmm": (lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=1.5),
+               lambda g, d: (_r(g, d, 3, 5), _r(g, d, 2, 3, 4), _r(g, d, 2, 4, 5)),
+               True, False, R),
+    "hypot": (torch.hypot, lambda g, d: (_r(g, d, 4, 5), _r(g, d, 4, 5)), True, True, R),
+    "copysign": (torch.copysign, lambda g, d: (_r(g, d, 4, 5), _r(g, d, 5)), True, True, R),
+    "exp2": (torch.exp2, lambda g, d: (_r(g, d, 4, 5),), True, False, R),
+    "fmin": (torch.fmin, lambda g, d: (_r(g, d, 4, 5), _r(g, d, 4, 5)), True, False, R),
+    "fmax_nan": (torch.fmax, lambda g, d: (torch.tensor([1.0, float("nan"), 2.0], dtype=d),
+                                           torch.tensor([float("nan"), 0.5, 3.0], dtype=d)),
+                 False, False, R),
+    "signbit": (torch.signbit, lambda g, d: (_r(g, d, 4, 5),), False, True, R),
+    "round_decimals": (lambda x: torch.round(x, decimals=2),
+                       lambda g, d: (_r(g, d, 4, 5, scale=10),), True, False, R),
+    "angle": (torch.angle, lambda g, d: (_r(g, d, 4, 5),), True, False, R),
+    "angle_complex": (torch.angle, lambda g, d: (_c(g, d, 4, 5),), True, False,
+                      (torch.complex64,)),
+    "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+                            lambda g, d: (_r(g, d, 2, 3, 7, 9),), True, False, R),
+    "grid_sample": (lambda x, grid: F.grid_sample(x, grid, align_corners=False),
+                    lambda g, d: (_r(g, d, 1, 2, 5, 6), _r(g, d, 1, 4, 3, 2) * 0.9),
+                    False, False, R),  # its backward stays a named error
+    "cholesky": (torch.linalg.cholesky, lambda g, d: (_spd(g, d, 4, (2,)),), True, False, R),
+    "cholesky_ex": (torch.linalg.cholesky_ex, lambda g, d: (_spd(g, d, 4, (2,)),),
+                    True, True, R),
+    "cholesky_upper": (lambda a: torch.linalg.cholesky(a, upper=True),
+                       lambda g, d: (_spd(g, d, 4),), True, False, R),
+    "cholesky_ex_info": (lambda a: torch.linalg.cholesky_ex(a)[1],
+                         lambda g, d: (torch.tensor([[4.0, 2.0, 1.0], [2.0, 5.0, 3.0],
+                                                     [1.0, 3.0, 1.0]], dtype=d),),
+                         False, True, R),
+    "cholesky_ex_upper_info": (lambda a: torch.linalg.cholesky_ex(a, upper=True)[1],
+                               lambda g, d: (torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=d),),
+                               False, True, R),
+    "solve_triangular_left": (
+        lambda a, b: torch.linalg.solve_triangular(a, b, upper=True),
+        lambda g, d: (_tri(g, d, 4, True), _r(g, d, 4, 3)), True, False, R),
+    "solve_triangular_right_unit": (
+        lambda a, b: torch.linalg.solve_triangular(a, b, upper=False, left=False,
+                                                   unitriangular=True),
+        lambda g, d: (_tri(g, d, 4, False), _r(g, d, 3, 4)), True, False, R),
+    "cholesky_solve": (lambda b, a: torch.cholesky_solve(b, torch.linalg.cholesky(a)),
+                       lambda g, d: (_r(g, d, 4, 2), _spd(g, d, 4)), True, False, R),
+    "cholesky_inverse_upper": (
+        lambda a: torch.cholesky_inverse(torch.linalg.cholesky(a, upper=True), upper=True),
+        lambda g, d: (_spd(g, d, 3),), True, False, R),
+    # JAX
+    "logcumsumexp": (lambda x: torch.logcumsumexp(x, 1),
+                     lambda g, d: (_r(g, d, 3, 6, scale=3),), True, True, R),
+    "rfft_ortho": (lambda x: torch.fft.rfft(x, norm="ortho"),
+                   lambda g, d: (_r(g, d, 3, 8),), True, True, R),
+    "fft_real_input": (torch.fft.fft, lambda g, d: (_r(g, d, 7),), True, True, R),
+    "fft2_complex": (lambda x: torch.fft.fft2(x, norm="forward"),
+                     lambda g, d: (_c(g, d, 2, 4, 5),), True, True, C),
+    "ifftn_complex": (lambda x: torch.fft.ifftn(x, dim=(0, 2)),
+                      lambda g, d: (_c(g, d, 3, 4, 5),), True, True, C),
+    "irfft_n": (lambda x: torch.fft.irfft(x, n=9), lambda g, d: (_c(g, d, 2, 5),), True, True, C),
+    "hfft": (torch.fft.hfft, lambda g, d: (_c(g, d, 6),), True, True, C),
+    "ihfft": (torch.fft.ihfft, lambda g, d: (_r(g, d, 6),), True, True, R),
+    "stft_like_rfftn": (lambda x: torch.fft.rfftn(x, dim=(-2, -1), norm="forward"),
+                        lambda g, d: (_r(g, d, 2, 4, 6),), True, True, R),
+    "lgamma": (torch.lgamma, lambda g, d: (_r(g, d, 5, 4, scale=3),), True, True, R),
+    "digamma": (torch.digamma, lambda g, d: (_pos(g, d, 5, 4),), True, True, R),
+    "polygamma_2": (lambda x: torch.polygamma(2, x), lambda g, d: (_pos(g, d, 5, 4),),
+                    True, True, R),
+    "mvlgamma": (lambda x: torch.mvlgamma(x, 3), lambda g, d: (_pos(g, d, 5, lo=1.5),),
+                 True, True, R),
+    "zeta": (torch.special.zeta, lambda g, d: (_pos(g, d, 5, lo=1.5), _pos(g, d, 5)),
+             False, True, R),
+    "i0": (torch.i0, lambda g, d: (_r(g, d, 6, scale=3),), True, True, R),
+    "i0e": (torch.special.i0e, lambda g, d: (_r(g, d, 6, scale=3),), True, True, R),
+    "i1": (torch.special.i1, lambda g, d: (_r(g, d, 6, scale=3),), True, True, R),
+    "i1e": (torch.special.i1e, lambda g, d: (_r(g, d, 6, scale=3),), True, True, R),
+    "ndtri": (torch.special.ndtri, lambda g, d: (_pos(g, d, 6, lo=0.01, hi=0.99),),
+              True, True, R),
+    "log_ndtr": (torch.special.log_ndtr, lambda g, d: (_r(g, d, 6, scale=5),), True, True, R),
+    "erfcx": (torch.special.erfcx, lambda g, d: (_r(g, d, 6, scale=3),), True, True, R),
+    "igamma": (torch.igamma, lambda g, d: (_pos(g, d, 6), _pos(g, d, 6)), False, True, R),
+    "igammac": (torch.igammac, lambda g, d: (_pos(g, d, 6), _pos(g, d, 6)), False, True, R),
+    # eager differentiates igamma(a, x) in x only
+    "igamma_grad_x": (lambda x: torch.igamma(torch.full_like(x, 2.5), x),
+                      lambda g, d: (_pos(g, d, 6),), True, True, R),
+    "igammac_grad_x": (lambda x: torch.igammac(torch.full_like(x, 0.7), x),
+                       lambda g, d: (_pos(g, d, 6),), True, True, R),
+    "hypot_extremes": (torch.hypot, lambda g, d: (
+        torch.tensor([3e30, 0.0, float("inf"), float("nan"), 1e-30], dtype=d),
+        torch.tensor([4e30, 0.0, float("nan"), 1.0, 1e-30], dtype=d)), False, True, R),
+    "copysign_scalar": (lambda x: torch.copysign(x, -1.0), lambda g, d: (_r(g, d, 5),),
+                        True, True, R),
+    "signbit_zero_nan": (torch.signbit, lambda g, d: (
+        torch.tensor([-0.0, 0.0, float("nan"), -float("nan"), -1.0, float("-inf")],
+                     dtype=d),), False, True, R),
+    "nextafter": (torch.nextafter, lambda g, d: (_r(g, d, 6), _r(g, d, 6)), False, True, R),
+    "frexp": (torch.frexp, lambda g, d: (_r(g, d, 6, scale=100),), False, True, R),
+    "logcumsumexp_inf": (lambda x: torch.logcumsumexp(x, 0), lambda g, d: (
+        torch.tensor([float("-inf"), float("-inf"), 1.0, float("-inf"), 2.0], dtype=d),),
+        False, True, R),
+    "searchsorted": (lambda s, v: torch.searchsorted(s, v),
+                     lambda g, d: (torch.sort(_r(g, d, 9))[0], _r(g, d, 4, 3)), False, True, R),
+    "searchsorted_nd_right_int32": (
+        lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
+        lambda g, d: (torch.sort(_r(g, d, 3, 9))[0], _r(g, d, 3, 5)), False, True, R),
+    "bucketize": (lambda x, b: torch.bucketize(x, b, right=True),
+                  lambda g, d: (_r(g, d, 4, 5), torch.sort(_r(g, d, 7))[0]), False, True, R),
+}
+
+
+def _close(got: Any, want: Any, dt: torch.dtype) -> None:
+    if not isinstance(want, torch.Tensor):
+        for a, b in zip(got, want, strict=True):
+            _close(a, b, dt)
+        return
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if not (want.is_floating_point() or want.is_complex()):
+        assert torch.equal(got, want)
+        return
+    real = torch.float32 if dt in (torch.float32, torch.complex64) else torch.float64
+    rtol, atol = TOL[real]
+    torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def _leaves(out: Any) -> list[torch.Tensor]:
+    return [out] if isinstance(out, torch.Tensor) else list(out)
+
+
+def _params() -> list[Any]:
+    return [pytest.param(name, dt, id=f"{name}-{str(dt).replace('torch.', '')}")
+            for name, (_, _, _, _, dts) in CASES.items() for dt in dts]
+
+
+@pytest.mark.parametrize("name,dt", _params())
+def test_lowering_matches_eager_in_one_program(name: str, dt: torch.dtype) -> None:
+    fn, make, grad, jax_seg, _ = CASES[name]
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(hash(name) % 2**31)
+    inputs = make(g, dt)
+
+    # Torch ops on both sides of the lowered op: one program holds them all.
+    def model(*xs: Any) -> Any:
+        xs = tuple(x * 1 if x.is_floating_point() or x.is_complex() else x for x in xs)
+        return tuple(o + 0 if o.is_floating_point() or o.is_complex() else o
+                     for o in _leaves(fn(*xs)))
+
+    compiled = torch.compile(model, backend="hlobridge", fullgraph=True, dynamic=False)
+    want = model(*inputs)
+    got = compiled(*inputs)
+    receipt = hb.last_receipt()
+    _close(got, want, dt)
+    assert receipt is not None and receipt.segments
+    engines = [getattr(s, "engine", "") for s in receipt.segments]
+    assert "torch_xla_lazy" in engines
+    if jax_seg:
+        assert "jax.jit" in engines, engines
+    if not grad:
+        return
+    ins_e = [x.detach().clone().requires_grad_(x.is_floating_point() or x.is_complex())
+             for x in inputs]
+    ins_c = [x.detach().clone().requires_grad_(x.requires_grad) for x in ins_e]
+    out_e = model(*ins_e)
+    ws = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)
+          if not o.is_complex() else _c(g, o.dtype, *o.shape) for o in out_e]
+    diff = [x for x in ins_e if x.requires_grad]
+    ge = torch.autograd.grad(sum((o * w).real.sum() for o, w in zip(out_e, ws)), diff)
+    out_c = compiled(*ins_c)
+    gc = torch.autograd.grad(sum((o * w).real.sum() for o, w in zip(out_c, ws)),
+                             [x for x in ins_c if x.requires_grad])
+    _close([o.detach() for o in out_c], [o.detach() for o in out_e], dt)
+    _close(list(gc), list(ge), dt)
+    assert hb.last_receipt() is not None
+
+
+def test_table_names_only_overloads() -> None:
+    """Every key of the table is an aten overload (what AOTAutograd's
+    decomposition table needs), and the backend's table holds them."""
+    from hlobridge._src.dynamo.engine import decompositions
+    from hlobridge._src.dynamo.jax_lowerings import jax_lowerings
+
+    table = jax_lowerings()
+    backend = decompositions()
+    for op, fn in table.items():
+        assert isinstance(op, torch._ops.OpOverload), op
+        assert backend[op] is fn
+
+
+def test_declined_variant_keeps_the_named_error() -> None:
+    """A variant the table declines (``linalg.cholesky``'s error check is
+    eager's data-dependent raise; ``cholesky_ex(check_errors=True)``) still
+    ends in the named error, not in a wrong result."""
+    torch._dynamo.reset()
+    a = _spd(torch.Generator().manual_seed(0), torch.float32, 3)
+    f = torch.compile(lambda x: torch.linalg.cholesky_ex(x, check_errors=True)[0],
+                      backend="hlobridge", fullgraph=True)
+    with pytest.raises(hb.UnsupportedOpError, match="cholesky_ex"):
+        f(a)
