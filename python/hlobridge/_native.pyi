@@ -168,9 +168,13 @@ def stitch(
     segments: list[tuple[str, str, str, str, list[str], list[str]]],
     outputs: list[str],
     inline: bool = True,
+    aliases: list[tuple[int, int]] = ...,
 ) -> tuple[str, str]:
     """Merge segments ``(name, producer, module_text, entry, input_handles,
-    output_handles)`` into one module; returns ``(fused_text, report_json)``."""
+    output_handles)`` into one module; returns ``(fused_text, report_json)``.
+    ``aliases``: ``(input, output)`` positions of program inputs updated in
+    place as outputs (``tf.aliasing_output``; a bad pair raises
+    :class:`~hlobridge.errors.StitchError`)."""
 
 def viz_programs(
     programs: list[tuple[str, list[tuple[str, str, bool]],

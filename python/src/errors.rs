@@ -82,7 +82,7 @@ pub fn to_py(e: hlobridge::Error) -> PyErr {
         E::Parse(p) => ParseError::new_err(p.to_string()),
         E::Io { .. } => FileError::new_err(e.to_string()),
         E::Invalid(msg) => InvalidIrError::new_err(msg),
-        E::Plan(_) | E::SeamMismatch(_) | E::Cycle(_) | E::Conflict(_) => {
+        E::Plan(_) | E::SeamMismatch(_) | E::Cycle(_) | E::Conflict(_) | E::Alias(_) => {
             StitchError::new_err(e.to_string())
         }
         E::Collective(_) => CollectiveRewriteError::new_err(e.to_string()),

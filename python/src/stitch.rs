@@ -1,6 +1,7 @@
 //! `hlobridge._native.stitch`: merge StableHLO segments into one module
 //! with the Rust stitcher (GIL released), returning the fused text and the
-//! stitch report as JSON.
+//! stitch report as JSON. `aliases` are `(input, output)` positions of
+//! program inputs updated in place (`tf.aliasing_output` on `@main`).
 
 use pyo3::prelude::*;
 
@@ -38,19 +39,23 @@ pub(crate) fn program_from_spec(
 }
 
 /// Stitch `segments` into one module. `inputs` are `(name, type, donate)`;
-/// `outputs` are handle names.
+/// `outputs` are handle names; `aliases` are `(input, output)` positions.
 #[pyfunction]
-#[pyo3(signature = (inputs, segments, outputs, inline = true))]
+#[pyo3(signature = (inputs, segments, outputs, inline = true, aliases = Vec::new()))]
 pub fn stitch(
     py: Python<'_>,
     inputs: Vec<(String, String, bool)>,
     segments: Vec<SegmentSpec>,
     outputs: Vec<String>,
     inline: bool,
+    aliases: Vec<(usize, usize)>,
 ) -> PyResult<(String, String)> {
     let result = py.allow_threads(move || -> Result<(String, String), hlobridge::Error> {
         use hlobridge::stitch::stitch;
-        let program = program_from_spec(inputs, segments, outputs)?.inline(inline);
+        let program = aliases.into_iter().fold(
+            program_from_spec(inputs, segments, outputs)?.inline(inline),
+            |p, (input, output)| p.alias(input, output),
+        );
         let t0 = std::time::Instant::now();
         let fused = stitch(&program)?;
         tracing::info!(

@@ -36,6 +36,11 @@ pub enum Error {
     /// Two segments disagree on a module-level setting or a mesh.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A requested input-output alias does not fit the stitched program
+    /// (index out of range, types differ, an input or output aliased twice,
+    /// a donated input).
+    #[error("input-output alias: {0}")]
+    Alias(String),
     /// A collective cannot be rewritten for the devices a program runs on
     /// (`lower::collectives`).
     #[error("collective: {0}")]

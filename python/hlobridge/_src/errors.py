@@ -10,7 +10,7 @@ message and attributes (multiprocessing, DataLoader workers).
 BridgeError
 ├── ParseError            malformed StableHLO/MLIR text (file:line:col)
 ├── InvalidIrError        structurally invalid IR
-├── StitchError           stitch plans: bad plan, seam mismatch, cycle, conflict
+├── StitchError           stitch plans: bad plan, seam mismatch, cycle, conflict, alias
 │   └── CollectiveRewriteError  a collective hlobridge.spmd cannot rewrite
 ├── FileError             (also an OSError) reading/writing a file
 ├── PluginError           finding or loading a PJRT plugin
@@ -144,7 +144,8 @@ class InvalidIrError(BridgeError):
 
 
 class StitchError(BridgeError):
-    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle or conflict."""
+    """A stitch plan is invalid: unknown handle, seam type mismatch, cycle, conflict or
+    an input-output alias that does not fit."""
 
 
 class CollectiveRewriteError(StitchError):

@@ -2,7 +2,8 @@
 //! dependencies, move every segment's functions into one module under a
 //! unique prefix, build `@main` by inlining (or calling) each segment's
 //! entry, type-check every seam, carry shardings, meshes, donation and
-//! result names across, then remove dead code.
+//! result names across, mark the requested input-output aliases, then
+//! remove dead code.
 
 use super::emit::{
     attr_text, copy_functions, dst_entry_blocks, escape, inline_entry, insert_convert,
@@ -25,6 +26,7 @@ const CARRIED_PORT_ATTRS: &[&str] = &["mhlo.sharding", "sdy.sharding", "mhlo.lay
 /// Stitch `p` into one module.
 pub fn stitch(p: &Program) -> Result<Stitched> {
     check_unique_names(p)?;
+    super::alias::check_plan(p)?;
     let entries: Vec<Entry> = p.segments.iter().map(find_entry).collect::<Result<_>>()?;
     let out_names = output_handle_names(p, &entries)?;
     let defs = define_handles(p, &out_names)?;
@@ -266,6 +268,7 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
     // Donation: plan-level donors, plus segment aliasing mapped to the
     // fused program's output indices when the donated input feeds it.
     let true_attr = dst.add_attr(Attribute::Bool(true));
+    let mut donor_outputs = Vec::new();
     for (k, inp) in p.inputs.iter().enumerate() {
         if !inp.donate {
             continue;
@@ -276,6 +279,7 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
             .and_then(|(_, h)| p.outputs.iter().position(|o| &o.handle == h));
         let (name, value) = match alias {
             Some(q) => {
+                donor_outputs.push(q);
                 let a = crate::dialects::common::int_attr(&mut dst, q as i64, 32);
                 ("tf.aliasing_output", dst.add_attr(a))
             }
@@ -283,6 +287,12 @@ pub fn stitch(p: &Program) -> Result<Stitched> {
         };
         let name = dst.sym(name);
         main_arg_attrs[k].push(NamedAttr { name, value });
+    }
+    // The caller's aliasing: inputs updated in place as outputs.
+    let requested =
+        super::alias::alias_attrs(&mut dst, p, &input_types, &result_types, &donor_outputs)?;
+    for (k, a) in requested {
+        main_arg_attrs[k].push(a);
     }
     // In a multi-device program, the ports of single-device segments
     // (torch_xla, unsharded jax) hold whole arrays: program inputs and

@@ -6,8 +6,10 @@
 //! A program is a list of segments. Each segment is a module with an entry
 //! function; its parameters bind to buffer handles and its results define
 //! new handles. Handles are program inputs or segment outputs, may feed any
-//! number of segments, and program outputs are handles.
+//! number of segments, and program outputs are handles. A program input
+//! may be updated in place as a program output ([`InputAlias`]).
 
+mod alias;
 mod dce;
 mod emit;
 pub(crate) mod graph;
@@ -16,6 +18,7 @@ mod plan;
 mod report;
 pub(crate) mod sharding;
 
+pub use alias::InputAlias;
 pub use merge::stitch;
 pub use plan::{Plan, PlanInput, PlanOutput, PlanSegment};
 pub use report::{HandleReport, SegmentReport, StitchReport};
@@ -95,6 +98,8 @@ pub struct Program {
     pub segments: Vec<Segment>,
     /// Program outputs.
     pub outputs: Vec<PlanOutput>,
+    /// Inputs updated in place as outputs (`tf.aliasing_output` on `@main`).
+    pub aliases: Vec<InputAlias>,
     /// Inline segment bodies into `@main` (default true).
     pub inline: bool,
 }
@@ -143,6 +148,13 @@ impl Program {
         self
     }
 
+    /// Update program input `input` in place as program output `output`
+    /// (checked when stitching: [`crate::Error::Alias`]).
+    pub fn alias(mut self, input: usize, output: usize) -> Self {
+        self.aliases.push(InputAlias { input, output });
+        self
+    }
+
     /// Turn inlining on or off.
     pub fn inline(mut self, on: bool) -> Self {
         self.inline = on;
@@ -181,6 +193,7 @@ impl Program {
             inputs: plan.inputs.clone(),
             segments,
             outputs: plan.outputs.clone(),
+            aliases: plan.aliases.clone(),
             inline: plan.inline.unwrap_or(true),
         })
     }

@@ -16,6 +16,9 @@
 //! outputs = ["h", "_"]    # "_" drops a result
 //! [[output]]
 //! handle = "y"
+//! [[alias]]               # optional: input 0 updated in place as output 0
+//! input = 0
+//! output = 0
 //! ```
 
 use crate::error::{Error, Result};
@@ -89,6 +92,9 @@ pub struct Plan {
     /// Program outputs, in order.
     #[serde(default, rename = "output")]
     pub outputs: Vec<PlanOutput>,
+    /// Program inputs updated in place as program outputs.
+    #[serde(default, rename = "alias", skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<super::InputAlias>,
     /// Inline segment bodies into `@main` (default true).
     #[serde(default)]
     pub inline: Option<bool>,

@@ -20,7 +20,8 @@ Mutated inputs (:meth:`CompiledGraph.alias_mutated_inputs`, inference
 graphs): AOTAutograd functionalizes an in-place update of a graph input (a
 static KV cache's ``index_copy_``) into an extra output holding the input's
 new value, and copies it back into the input after the call. Such an input
-is marked ``tf.aliasing_output`` in the program and donated on the hot path,
+is marked ``tf.aliasing_output`` in the program (by the stitcher:
+:mod:`hlobridge._src.dynamo.aliasing`) and donated on the hot path,
 so XLA updates the tensor's own memory instead of writing a fresh copy of
 it; the native call then returns the input itself, whose ``copy_`` onto
 itself torch skips (``_native.GraphCall``: only where the result's buffer
@@ -47,7 +48,7 @@ from hlobridge._src.dynamo.engine import TensorSpec
 from hlobridge._src.dynamo.partition import Partition, partition
 from hlobridge._src.dynamo.random_inputs import RandomInput, lift_random_inputs
 from hlobridge._src.dynamo.stitch_partition import stitch_partition
-from hlobridge._src.dtypes import CODES as _CODES, PLAIN as _PLAIN
+from hlobridge._src.dtypes import BY_CODE as _BY_CODE, CODES as _CODES, PLAIN as _PLAIN
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
@@ -254,7 +255,7 @@ class CompiledGraph:
         """Give ``prog`` its native hot path (when all program inputs are
         tensors of supported, non-complex dtypes): a ``_native.GraphCall``
         holding what each call needs, computed once here."""
-        dtypes = [_dtype_of_code(c) for c in prog.codes]
+        dtypes = [_BY_CODE.get(c) for c in prog.codes]
         if any(d is None or d not in _PLAIN for d in dtypes):
             return
         n = len(prog.inputs)
@@ -285,13 +286,10 @@ class CompiledGraph:
             raise CompileBackendError(
                 "hlobridge backend: the graph has symbolic (dynamic) sizes as inputs; compile "
                 "with torch.compile(..., dynamic=False) (each new shape then recompiles)")
-        sp = stitch_partition(part, types, label=self.label, platform=self.platform)
+        sp = stitch_partition(part, types, label=self.label, platform=self.platform,
+                              mutations=self.mutations)
         text, segs, engines, consts = sp.text, sp.segs, sp.engines, sp.consts
         used_args, used_consts, outputs = sp.used_args, sp.used_consts, sp.outputs
-        aliases: list[tuple[int, int]] = []
-        if self.mutations:
-            text, aliases = _alias_mutations(text, self.mutations, part.placeholders, types,
-                                             used_args, outputs, sp.plan[2])
         exe, hit = _native.compile(text)
         report = json.loads(sp.report_json)
         ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
@@ -313,48 +311,7 @@ class CompiledGraph:
                        constants=const_tensors, shapes=shapes, codes=codes, outputs=outputs,
                        lower_s=sp.lower_s, compile_s=0.0 if hit else exe.compile_time_s,
                        outcome="content" if hit else "miss", segment_texts=[s[2] for s in segs],
-                       plan=sp.plan, aliases=aliases)
-
-
-_MAIN = re.compile(r"^\s*func\.func (?:public )?@main\(.*$", re.MULTILINE)
-
-
-def _alias_mutations(text: str, mutations: list[tuple[int, int]], placeholders: list[str],
-                     types: dict[str, TensorSpec], used_args: list[int],
-                     outputs: list[tuple[str, int] | None], results: list[str]
-                     ) -> tuple[str, list[tuple[int, int]]]:
-    """Mark each mutated input that the program reads and whose new value is
-    a program result of its own type (read by that one graph output only)
-    ``tf.aliasing_output`` in ``@main``'s signature; returns the text and the
-    ``(program input, result)`` pairs marked. A mutation that does not fit
-    is left to AOTAutograd's copy."""
-    m = _MAIN.search(text)
-    if m is None:
-        return text, []
-    line = m.group(0)
-    aliases: list[tuple[int, int]] = []
-    for o, i in mutations:
-        if not (0 <= o < len(outputs) and 0 <= i < len(placeholders)) or i not in used_args:
-            continue
-        out = outputs[o]
-        if out is None or out[0] != "prog" or outputs.count(out) != 1:
-            continue
-        j, name = out[1], placeholders[i]
-        if types.get(name) is None or types.get(results[j]) != types[name]:
-            continue
-        arg = re.compile(rf"(%{re.escape(name)}: tensor<[^>]*>)(?=[,)])")
-        if len(arg.findall(line)) != 1:
-            continue
-        line = arg.sub(lambda g: f"{g.group(1)} {{tf.aliasing_output = {j} : i32}}", line)
-        aliases.append((used_args.index(i), j))
-    return text[:m.start()] + line + text[m.end():], aliases
-
-
-def _dtype_of_code(code: int) -> torch.dtype | None:
-    for dt, c in _CODES.items():
-        if c == code:
-            return dt
-    return None
+                       plan=sp.plan, aliases=sp.aliases)
 
 
 _SOURCE_KEY = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]|\.(\w+)")

@@ -13,7 +13,8 @@ would run.
    ``ShapeDtypeStruct`` s, for the target platform (Pallas kernels in
    interpret mode on ``cpu``);
 3. :func:`hlobridge._native.stitch` merges them into one ``@main`` (seams
-   type-checked, segments inlined, dead code removed).
+   type-checked, segments inlined, dead code removed), marking the mutated
+   inputs it updates in place (:mod:`hlobridge._src.dynamo.aliasing`).
 
 Nothing is compiled here.
 """
@@ -30,7 +31,8 @@ import torch
 
 from hlobridge import _native
 from hlobridge._src.custom_op import lookup
-from hlobridge._src.dtypes import DTYPES as _DTYPES, X64 as _X64, torch_dtype_of
+from hlobridge._src.dynamo.aliasing import program_aliases
+from hlobridge._src.dtypes import DTYPES as _DTYPES, X64 as _X64, require_torch_dtype
 from hlobridge._src.dynamo.engine import TensorSpec, get_engine
 from hlobridge._src.dynamo.partition import JaxPiece, Partition, TorchPiece
 from hlobridge._src.errors import DtypeError
@@ -62,6 +64,8 @@ class StitchedPartition:
     """Per graph output: ``("prog", j)``, ``("arg", i)`` or ``None``."""
     plan: tuple[list[tuple[str, str, bool]], list[Seg], list[str]]
     """``(inputs, segments, outputs)`` as passed to the stitcher."""
+    aliases: list[tuple[int, int]]
+    """``(k, j)``: program input ``k`` is updated in place as result ``j``."""
     lower_s: float
 
 
@@ -75,11 +79,14 @@ def mlir_type(spec: TensorSpec) -> str:
 
 
 def stitch_partition(part: Partition, types: dict[str, TensorSpec], *, label: str,
-                     platform: str) -> StitchedPartition:
+                     platform: str, mutations: list[tuple[int, int]] | None = None
+                     ) -> StitchedPartition:
     """Lower ``part``'s pieces and stitch them. ``types`` holds each
     placeholder's ``(shape, dtype)`` (placeholders without one, such as
     Python scalars, are not program inputs); it gains the constants' and
-    every piece output's types. ``label`` names the graph in errors."""
+    every piece output's types. ``label`` names the graph in errors;
+    ``mutations`` (``(graph output, graph input)``) are the inputs to update
+    in place where they fit."""
     t0 = time.perf_counter()
     consts: dict[str, torch.Tensor] = dict(part.constants)
     for name, c in consts.items():
@@ -112,10 +119,12 @@ def stitch_partition(part: Partition, types: dict[str, TensorSpec], *, label: st
     inputs = [(part.placeholders[i], mlir_type(types[part.placeholders[i]]), False)
               for i in used_args]
     inputs += [(n, mlir_type(types[n]), False) for n in used_consts]
-    text, report_json = _native.stitch(inputs, segs, prog_out)
+    aliases = program_aliases(mutations or [], part.placeholders, types, used_args, outputs,
+                              prog_out)
+    text, report_json = _native.stitch(inputs, segs, prog_out, aliases=aliases)
     return StitchedPartition(text=text, report_json=report_json, segs=segs, engines=engines,
                              consts=consts, used_args=used_args, used_consts=used_consts,
-                             outputs=outputs, plan=(inputs, segs, prog_out),
+                             outputs=outputs, plan=(inputs, segs, prog_out), aliases=aliases,
                              lower_s=time.perf_counter() - t0)
 
 
@@ -160,10 +169,7 @@ def _lower_jax(piece: JaxPiece, types: dict[str, TensorSpec], platform: str) -> 
         text = lowered.as_text()
     out_info = jax.tree_util.tree_leaves(lowered.out_info)
     for h, info in zip(piece.outputs, out_info):
-        dt = torch_dtype_of(info.dtype)
-        if dt is None:
-            raise DtypeError(f"hlobridge backend: no torch dtype for {info.dtype}")
-        types[h] = (tuple(info.shape), dt)
+        types[h] = (tuple(info.shape), require_torch_dtype(info.dtype, "hlobridge backend"))
     return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
 
 
