@@ -29,8 +29,7 @@ import torch
 from jax import tree_util
 from torch.autograd.function import once_differentiable
 
-from hlobridge._src.errors import DtypeError
-from hlobridge._src.dtypes import torch_dtype_of
+from hlobridge._src.dtypes import require_torch_dtype
 from hlobridge._src.entry_cache import table
 from hlobridge._src.signature import function_name, rebuild
 
@@ -100,18 +99,12 @@ class _VjpFunction(torch.autograd.Function):
     def backward(ctx: Any, *cts: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         plan: _Plan = ctx.plan
         float_cts = [
-            ct if ct is not None else torch.zeros(shape, dtype=_torch_dtype(dtype))
+            ct if ct is not None
+            else torch.zeros(shape, dtype=require_torch_dtype(dtype, "call_jax"))
             for ct, f, (shape, dtype) in zip(cts, plan.float_out, plan.out_avals) if f
         ]
         grads = iter(plan.run(plan.bwd, list(ctx.saved_tensors), float_cts))
         return (None, *[next(grads) if m else None for m in plan.mask])
-
-
-def _torch_dtype(dtype: Any) -> torch.dtype:
-    t = torch_dtype_of(dtype)
-    if t is not None:
-        return t
-    raise DtypeError(f"call_jax: no torch dtype for {dtype}")
 
 
 def call_with_grad(run: Callable[..., Any], fn: Callable[..., Any], owner: Any,

@@ -56,7 +56,7 @@ import torch.utils._pytree as pytree
 
 from hlobridge._src.dynamo.raise_through import passes_through_dynamo
 from hlobridge._src.errors import ArgumentError, BridgeError, CapturedTensorError, DtypeError
-from hlobridge._src.dtypes import DTYPES, X64, torch_dtype_of
+from hlobridge._src.dtypes import DTYPES, X64, require_torch_dtype
 from hlobridge._src.signature import function_name
 
 __all__ = ["JaxFunction", "bind", "explain_trace_error", "lookup", "register", "OP"]
@@ -240,13 +240,6 @@ def _jax_dtype(dt: torch.dtype) -> Any:
     return entry[1]
 
 
-def _torch_dtype(dtype: Any) -> torch.dtype:
-    t = torch_dtype_of(dtype)
-    if t is not None:
-        return t
-    raise DtypeError(f"call_jax: the JAX function returns dtype {dtype}, which torch cannot receive")
-
-
 def _template(tree: Any, counter: list[int]) -> Template:
     if isinstance(tree, jax.ShapeDtypeStruct):
         counter[0] += 1
@@ -292,7 +285,7 @@ def signature(key: str, specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) ->
     leaves = jax.tree_util.tree_leaves(out_tree)
     out_avals = [(tuple(o.shape), o.dtype) for o in leaves]
     for _, dt in out_avals:
-        _torch_dtype(dt)
+        require_torch_dtype(dt, "call_jax")
     sig = _Signature(out_avals, _template(out_tree, [0]))
     _signatures[ck] = sig
     _templates.setdefault(key, sig.template)
@@ -329,7 +322,7 @@ def _symbolic_signature(key: str, tensors: Sequence[torch.Tensor]
     tree, outs = symbolic_outputs(lookup(key), tensors, _jax_dtype,
                                   any(t.dtype in X64 for t in tensors))
     for _, dt in outs:
-        _torch_dtype(dt)
+        require_torch_dtype(dt, "call_jax")
     _templates.setdefault(key, _template(tree, [0]))
     _num_inputs.setdefault(key, len(tensors))
     return outs
@@ -340,7 +333,7 @@ def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     from hlobridge._src.dynamic.fake import any_symbolic
 
     if tensors and any_symbolic(tensors):
-        return [tensors[0].new_empty(shape, dtype=_torch_dtype(dt))
+        return [tensors[0].new_empty(shape, dtype=require_torch_dtype(dt, "call_jax"))
                 for shape, dt in _symbolic_signature(key, tensors)]
     # int() specializes a symbolic size (torch.compile(dynamic=True)) to its
     # value, with a guard: a JAX program has static shapes.
@@ -348,7 +341,8 @@ def _call_jax_fake(key: str, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if not tensors:
         raise ArgumentError("call_jax under torch.compile needs at least one tensor argument")
     ref = tensors[0]
-    return [ref.new_empty(shape, dtype=_torch_dtype(dt)) for shape, dt in sig.out_avals]
+    return [ref.new_empty(shape, dtype=require_torch_dtype(dt, "call_jax"))
+            for shape, dt in sig.out_avals]
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -367,7 +361,8 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[None, list[to
     for g, (shape, dt) in zip(grads, avals):
         if not jnp.issubdtype(dt, jnp.inexact):
             continue
-        cts.append(g if g is not None else primals[0].new_zeros(shape, dtype=_torch_dtype(dt)))
+        cts.append(g if g is not None
+                   else primals[0].new_zeros(shape, dtype=require_torch_dtype(dt, "call_jax")))
     outs = torch.ops.hlobridge.call_jax(_vjp_key(ctx.key), [*primals, *cts])
     return None, [g if p.dtype.is_floating_point or p.dtype.is_complex else None
                   for g, p in zip(outs, primals)]

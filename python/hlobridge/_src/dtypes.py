@@ -6,10 +6,15 @@ each one is in MLIR text and in JAX; the other tables are derived from it:
 the runtime's element-type codes (:data:`CODES`), the dtypes that need JAX's
 x64 mode (:data:`X64`), the complex ones (:data:`COMPLEX`), those the hot
 path never has to look at twice (:data:`PLAIN`) and the output dtypes torch
-can receive (:data:`OUT_DTYPES`).
+can receive (:data:`OUT_DTYPES`). The reverse lookups are here too: torch
+dtype by element-type code (:data:`BY_CODE`), by MLIR name
+(:data:`BY_MLIR`) and by JAX/numpy dtype (:func:`torch_dtype_of`,
+:func:`require_torch_dtype`). The MLIR names and codes are the native
+module's (``_native.ELEMENT_TYPES``, from ``python/src/dtype.rs``): a name
+it does not know fails at import.
 
-This module is a leaf: it imports only torch, JAX, numpy and the native
-module, so that ``call_jax``, its autograd/lazy/custom-op paths, Pallas
+This module is a leaf: it imports only torch, JAX, numpy, the native
+module and the error classes, so that ``call_jax``, its autograd/lazy/custom-op paths, Pallas
 tracing, stitching and the ``torch.compile`` backend can all import it
 without importing each other.
 """
@@ -23,8 +28,10 @@ import numpy as np
 import torch
 
 from hlobridge import _native
+from hlobridge._src.errors import DtypeError
 
-__all__ = ["CODES", "COMPLEX", "DTYPES", "FLOAT8", "OUT_DTYPES", "PLAIN", "X64", "torch_dtype_of"]
+__all__ = ["BY_CODE", "BY_MLIR", "CODES", "COMPLEX", "DTYPES", "FLOAT8", "OUT_DTYPES", "PLAIN",
+           "X64", "require_torch_dtype", "torch_dtype_of"]
 
 DTYPES: dict[torch.dtype, tuple[str, Any]] = {
     torch.float32: ("f32", jnp.float32),
@@ -47,6 +54,12 @@ DTYPES: dict[torch.dtype, tuple[str, Any]] = {
 
 CODES: dict[torch.dtype, int] = {t: _native.ELEMENT_TYPES[m] for t, (m, _) in DTYPES.items()}
 """Supported torch dtype -> the native runtime's element-type code."""
+
+BY_CODE: dict[int, torch.dtype] = {c: t for t, c in CODES.items()}
+"""The native runtime's element-type code -> torch dtype (the supported ones)."""
+
+BY_MLIR: dict[str, torch.dtype] = {m: t for t, (m, _) in DTYPES.items()}
+"""MLIR element type (``f32``, ``complex<f32>``) -> torch dtype (the supported ones)."""
 
 X64: frozenset[torch.dtype] = frozenset({torch.float64, torch.int64, torch.uint64, torch.complex128})
 """Dtypes that JAX truncates unless ``jax_enable_x64`` is on while lowering."""
@@ -74,3 +87,13 @@ def torch_dtype_of(dtype: Any) -> torch.dtype | None:
         if np.dtype(j) == want:
             return t
     return None
+
+
+def require_torch_dtype(dtype: Any, where: str) -> torch.dtype:
+    """:func:`torch_dtype_of`, raising :class:`DtypeError` (naming ``where``,
+    e.g. ``call_jax``) when torch cannot receive ``dtype``."""
+    t = torch_dtype_of(dtype)
+    if t is None:
+        raise DtypeError(f"{where}: the JAX function returns dtype {dtype}, which torch cannot "
+                         "receive")
+    return t

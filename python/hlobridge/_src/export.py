@@ -81,12 +81,12 @@ FORMAT = _native.ARTIFACT_FORMAT
 WEIGHTS_FILE = "weights.safetensors"
 
 def _torch_dtype(mlir: str) -> torch.dtype:
-    from hlobridge._src.dtypes import DTYPES
+    from hlobridge._src.dtypes import BY_MLIR
 
-    for t, (m, _) in DTYPES.items():
-        if m == mlir:
-            return t
-    raise ExportError(f"dtype {mlir!r} has no torch dtype")
+    t = BY_MLIR.get(mlir)
+    if t is None:
+        raise ExportError(f"dtype {mlir!r} has no torch dtype")
+    return t
 
 
 def _tensor_bytes(t: torch.Tensor) -> bytes:

@@ -49,7 +49,7 @@ def encode_predict(tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, tor
 
 def decode_predict(buf: bytes) -> dict[str, torch.Tensor]:
     """The outputs of a serialized ``PredictResponse``."""
-    from hlobridge._src.dtypes import DTYPES
+    from hlobridge._src.dtypes import BY_MLIR
 
     try:
         named = _native.predict_decode(buf)
@@ -57,7 +57,7 @@ def decode_predict(buf: bytes) -> dict[str, torch.Tensor]:
         raise ServeError("INTERNAL", f"malformed response: {e}") from None
     out: dict[str, torch.Tensor] = {}
     for name, dtype, shape, data in named:
-        dt = next((t for t, (m, _) in DTYPES.items() if m == dtype), None)
+        dt = BY_MLIR.get(dtype)
         if dt is None:
             raise ServeError("INTERNAL", f"response has unknown dtype {dtype!r}")
         flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
