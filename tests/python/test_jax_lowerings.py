@@ -92,6 +92,16 @@ CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, 
     "grid_sample": (lambda x, grid: F.grid_sample(x, grid, align_corners=False),
                     lambda g, d: (_r(g, d, 1, 2, 5, 6), _r(g, d, 1, 4, 3, 2) * 0.9),
                     False, False, R),  # its backward stays a named error
+    "unfold": (lambda x: x.unfold(1, 3, 2), lambda g, d: (_r(g, d, 4, 9, 2),), True, False, R),
+    "unfold_last_overlapping": (lambda x: x.unfold(-1, 4, 1), lambda g, d: (_r(g, d, 3, 6),),
+                                True, False, R),
+    "cummin": (lambda x: torch.cummin(x, 1), lambda g, d: (_r(g, d, 3, 7),), True, False, R),
+    "cummin_ties_nan": (lambda x: torch.cummin(x, 0), lambda g, d: (
+        torch.tensor([2.0, 1.0, 1.0, 3.0, float("nan"), 0.0, 1.0], dtype=d),), False, False, R),
+    "cummin_int_extremes": (lambda x: torch.cummin(x, 0), lambda g, d: (
+        torch.tensor([5, -2**63, 3, -2**63, 7], dtype=torch.int64),), False, False, R),
+    "stft": (lambda x, w: torch.stft(x, 8, hop_length=2, window=w, return_complex=True),
+             lambda g, d: (_r(g, d, 2, 40), torch.hann_window(8, dtype=d)), True, True, R),
     "cholesky": (torch.linalg.cholesky, lambda g, d: (_spd(g, d, 4, (2,)),), True, False, R),
     "cholesky_ex": (torch.linalg.cholesky_ex, lambda g, d: (_spd(g, d, 4, (2,)),),
                     True, True, R),

@@ -184,6 +184,37 @@ def _angle(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(xf), xf, out)
 
 
+def _unfold(x: torch.Tensor, dim: int, size: int, step: int) -> Any:
+    """``unfold``/``unfold_copy`` as an ``index_select`` of the windows'
+    positions (torch_xla falls back on ``unfold_copy``): dimension ``dim``
+    becomes the window count, a last dimension of ``size`` is added."""
+    if x.dim() == 0 or step <= 0:
+        return NotImplemented
+    d = dim % x.dim()
+    n = (x.shape[d] - size) // step + 1
+    if n <= 0 or size <= 0:
+        return NotImplemented
+    starts = torch.arange(n, device=x.device).unsqueeze(1) * step
+    idx = (starts + torch.arange(size, device=x.device).unsqueeze(0)).reshape(-1)
+    y = torch.index_select(x, d, idx)
+    y = y.reshape(*x.shape[:d], n, size, *x.shape[d + 1:])
+    return y.movedim(d + 1, -1).contiguous()
+
+
+def _cummin(x: torch.Tensor, dim: int) -> Any:
+    """``cummin`` as ``cummax`` of the order-reversed input (``-x`` for
+    floats, NaN kept; ``~x`` for integers, no overflow), whose ties and NaN
+    semantics are eager's mirrored (the backend's ``cummax`` entry)."""
+    if x.dtype == torch.bool:
+        v, i = aten.cummax.default(torch.logical_not(x), dim)
+        return torch.logical_not(v), i
+    if x.is_complex():
+        return NotImplemented
+    flip = torch.neg if x.is_floating_point() else torch.bitwise_not
+    v, i = aten.cummax.default(flip(x), dim)
+    return flip(v), i
+
+
 def _cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
     """``linalg_cholesky_ex`` through ``aten.cholesky`` (which torch_xla
     lowers to ``stablehlo.cholesky``); ``info`` as LAPACK's: 0, or the
@@ -476,6 +507,9 @@ def _table() -> dict[Any, Callable[..., Any]]:
     t[aten.fmin.default] = _fmin_fmax(torch.minimum)
     t[aten.fmax.default] = _fmin_fmax(torch.maximum)
     t[aten.cholesky_solve.default] = _cholesky_solve
+    t[aten.unfold_copy.default] = _unfold
+    t[aten.unfold.default] = _unfold  # a view: AOTAutograd's graph keeps it as one
+    t[aten.cummin.default] = _cummin
     t[aten.addmm.default] = _addmm_like(torch_decomp[aten.addmm.default])
     t[aten.addmv.default] = _addmm_like(torch_decomp[aten.addmv.default])
     t[aten.addbmm.default] = _addbmm
