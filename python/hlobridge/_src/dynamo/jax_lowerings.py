@@ -417,18 +417,101 @@ def _frexp(x: torch.Tensor) -> Any:
     return m, e.to(torch.int32)
 
 
-def _polygamma(n: int, x: torch.Tensor) -> Any:
-    xf = _float(x)
-    if not _jax_dtype_ok(xf) or n < 0:
-        return NotImplemented
+def _trigamma(x: torch.Tensor) -> torch.Tensor:
+    """``polygamma(1, x)``, torch's algorithm (``calc_trigamma``: reflection
+    below 1/2, six recurrence steps, the asymptotic series), in torch ops."""
+    pi = math.pi
+    neg = x < 0.5
+    s = torch.sin(pi * x)
+    refl = torch.where(neg, -(pi * pi) / (s * s), torch.zeros_like(x))
+    y = torch.where(neg, 1 - x, x)
+    acc = torch.zeros_like(x)
+    for _ in range(6):
+        acc = acc + 1 / (y * y)
+        y = y + 1
+    ixx = 1 / (y * y)
+    acc = acc + (1 + 1 / (2 * y) + ixx * (1.0 / 6 - ixx * (1.0 / 30 - ixx * (1.0 / 42)))) / y
+    return torch.where(neg, -(refl + acc), acc)
+
+
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+           7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+           -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18)
+
+
+def _zeta_jax(x: Any, q: Any) -> Any:
+    """JAX: the Hurwitz zeta as torch computes it (Cephes ``zeta``: direct
+    sum until ``a > 9`` or converged, then Euler-Maclaurin), elementwise
+    with a ``while_loop``; ``lax.zeta`` sums a fixed 9 terms, which is
+    inaccurate for negative ``q`` (``polygamma`` of negative inputs)."""
     import jax
     import jax.numpy as jnp
 
-    def pg(a: Any, n: int) -> Any:
-        if n == 0:
-            return jax.lax.digamma(a)
-        return jax.lax.polygamma(jnp.full_like(a, n), a)
-    return _call_jax("polygamma", pg, xf, n=n)[0]
+    eps = jnp.finfo(x.dtype).eps / 2
+    one = jnp.ones_like(x)
+    s = q ** -x
+    a = q
+    b = jnp.zeros_like(x)
+    special = jnp.where(x == 1, jnp.inf, jnp.where(x < 1, jnp.nan, 0.0))
+    is_special = (x <= 1) | ((q <= 0) & ((q == jnp.floor(q)) | (x != jnp.floor(x))))
+    special = jnp.where(x <= 1, special,
+                        jnp.where(q == jnp.floor(q), jnp.inf, jnp.nan)).astype(x.dtype)
+    done = is_special
+
+    def cond(c: Any) -> Any:
+        i, a, b, s, done = c
+        return jnp.any(~done & ((i < 9) | (a <= 9)))
+
+    def body(c: Any) -> Any:
+        i, a, b, s, done = c
+        act = ~done & ((i < 9) | (a <= 9))
+        a2 = jnp.where(act, a + 1, a)
+        b2 = jnp.where(act, a2 ** -x, b)
+        s2 = jnp.where(act, s + b2, s)
+        conv = act & (jnp.abs(b2 / s2) < eps)
+        return i + 1, a2, b2, s2, done | conv
+
+    i0 = jnp.zeros(x.shape, jnp.int32)
+    _, a, b, s, done = jax.lax.while_loop(cond, body, (i0, a, b, s, done))
+    w = a
+    s = jnp.where(done, s, s + b * w / (x - 1) - 0.5 * b)
+    aa = one
+    k = jnp.zeros_like(x)
+    for coef in _ZETA_A:
+        aa = aa * (x + k)
+        b = b / w
+        t = aa * b / coef
+        s = jnp.where(done, s, s + t)
+        done = done | (jnp.abs(t / s) < eps)
+        k = k + 1
+        aa = aa * (x + k)
+        b = b / w
+        k = k + 1
+    return jnp.where(is_special, special, s)
+
+
+def _zeta(a: Any, b: Any) -> Any:
+    """``special_zeta`` (torch's type promotion and broadcasting)."""
+    return _binary_jax("special_zeta", lambda: _zeta_jax)(a, b)
+
+
+def _polygamma(n: int, x: torch.Tensor) -> Any:
+    """``polygamma`` as torch: ``digamma`` (n = 0), torch's ``trigamma``
+    (n = 1), else ``(-1)^(n+1) n! zeta(n + 1, x)`` with torch's zeta."""
+    xf = _float(x)
+    if not _jax_dtype_ok(xf) or n < 0:
+        return NotImplemented
+    if n == 0:
+        return aten.digamma.default(xf)
+    if n == 1:
+        return _trigamma(xf)
+    sign = -1.0 if n % 2 == 0 else 1.0
+    z = _zeta_jax_call(torch.full_like(xf, float(n + 1)), xf)
+    return z * (sign * math.factorial(n))
+
+
+def _zeta_jax_call(s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return _call_jax("special_zeta", _zeta_jax, s, q)[0]
 
 
 def _lax(name: str) -> Callable[[], Callable[..., Any]]:
@@ -542,7 +625,7 @@ def _table() -> dict[Any, Callable[..., Any]]:
     t[aten.special_erfcx.default] = _unary_jax("special_erfcx", _special("erfcx"))
     t[aten.igamma.default] = _binary_jax("igamma", _lax("igamma"))
     t[aten.igammac.default] = _binary_jax("igammac", _lax("igammac"))
-    t[aten.special_zeta.default] = _binary_jax("special_zeta", _lax("zeta"))
+    t[aten.special_zeta.default] = _zeta
     t[aten.searchsorted.Tensor] = _searchsorted
     t[aten.bucketize.Tensor] = _bucketize
     return t
