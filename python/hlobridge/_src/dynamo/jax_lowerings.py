@@ -164,8 +164,10 @@ def _logcumsumexp(x: torch.Tensor, dim: int) -> Any:
 
 
 def _logcumsumexp_real(x: torch.Tensor, dim: int) -> Any:
-    if not _jax_dtype_ok(x) or x.dim() == 0:
+    if not _jax_dtype_ok(x):
         return NotImplemented
+    if x.dim() == 0:
+        return x.clone()
     import jax
 
     return _call_jax("_logcumsumexp", lambda a, axis: jax.lax.cumlogsumexp(a, axis=axis), x,
@@ -215,6 +217,53 @@ def _cummin(x: torch.Tensor, dim: int) -> Any:
     return flip(v), i
 
 
+def _round_decimals(x: torch.Tensor, *, decimals: int = 0) -> Any:
+    """``round(x, decimals)`` as eager CPU computes it: ``nearbyint(x *
+    10^d) / 10^d``, or ``nearbyint(x / 10^-d) * 10^-d`` for negative ``d``
+    (torch's reference multiplies by the inexact ``10^-d``)."""
+    if not x.is_floating_point():
+        return NotImplemented
+    if decimals == 0:
+        return aten.round.default(x)
+    if decimals > 0:
+        p = float(10 ** decimals)
+        return aten.round.default(x * p) / p
+    p = float(10 ** -decimals)
+    return aten.round.default(x / p) * p
+
+
+def _conj_physical(x: torch.Tensor) -> Any:
+    """``conj_physical`` of a complex tensor (``jnp.conj``)."""
+    if x.dtype not in (torch.complex64, torch.complex128):
+        return NotImplemented
+    import jax.numpy as jnp
+
+    return _call_jax("conj_physical", lambda a: jnp.conj(a), x)[0]
+
+
+def _complex(re: torch.Tensor, im: torch.Tensor) -> Any:
+    """``complex(real, imag)`` (``lax.complex``)."""
+    if re.dtype != im.dtype or not _jax_dtype_ok(re):
+        return NotImplemented
+    import jax
+
+    re, im = torch.broadcast_tensors(re, im)
+    return _call_jax("complex", lambda a, b: jax.lax.complex(a, b), re, im)[0]
+
+
+def _polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
+    """``polar(abs, angle)``: ``abs * cos(angle) + i abs * sin(angle)``, as
+    eager."""
+    if r.dtype != theta.dtype or not _jax_dtype_ok(r):
+        return NotImplemented
+    import jax
+    import jax.numpy as jnp
+
+    r, theta = torch.broadcast_tensors(r, theta)
+    return _call_jax("polar", lambda a, t: jax.lax.complex(a * jnp.cos(t), a * jnp.sin(t)),
+                     r, theta)[0]
+
+
 def _cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = False) -> Any:
     """``linalg_cholesky_ex`` through ``aten.cholesky`` (which torch_xla
     lowers to ``stablehlo.cholesky``); ``info`` as LAPACK's: 0, or the
@@ -223,8 +272,10 @@ def _cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = Fals
     values: only the factor of a positive-definite matrix is compared)."""
     if check_errors:
         return NotImplemented  # eager raises on the data: not in a program
-    if not _jax_dtype_ok(a) or a.shape[-1] == 0:
+    if not _jax_dtype_ok(a):
         return NotImplemented
+    if a.shape[-1] == 0:
+        return a.clone(), torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     factor = aten.cholesky.default(a, upper)
     # LAPACK reads one triangle: the lower one of A^H for upper=True.
     info = _call_jax("linalg_cholesky_ex.info", _cholesky_info, a.mH if upper else a)[0]
@@ -582,8 +633,12 @@ def _table() -> dict[Any, Callable[..., Any]]:
 
     t: dict[Any, Callable[..., Any]] = {}
     # torch: torch's own decompositions (exact to eager up to rounding).
-    for op in (aten.round.decimals, aten.grid_sampler_2d.default):
-        t[op] = torch_decomp[op]
+    t[aten.grid_sampler_2d.default] = torch_decomp[aten.grid_sampler_2d.default]
+    t[aten.round.decimals] = _round_decimals
+    t[aten.conj_physical.default] = _conj_physical
+    t[aten._conj_physical.default] = _conj_physical
+    t[aten.complex.default] = _complex
+    t[aten.polar.default] = _polar
     t[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool2d
     t[aten._adaptive_avg_pool2d_backward.default] = _adaptive_avg_pool2d_backward
     t[aten.exp2.default] = _exp2
@@ -594,7 +649,7 @@ def _table() -> dict[Any, Callable[..., Any]]:
     t[aten.unfold.default] = _unfold  # a view: AOTAutograd's graph keeps it as one
     t[aten.cummin.default] = _cummin
     t[aten.addmm.default] = _addmm_like(torch_decomp[aten.addmm.default])
-    t[aten.addmv.default] = _addmm_like(torch_decomp[aten.addmv.default])
+    t[aten.addmv.default] = torch_decomp[aten.addmv.default]  # torch_xla has none at all
     t[aten.addbmm.default] = _addbmm
     t[aten.angle.default] = _angle
     t[aten.linalg_cholesky_ex.default] = _cholesky_ex
