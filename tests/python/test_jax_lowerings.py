@@ -95,6 +95,8 @@ CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, 
     "unfold": (lambda x: x.unfold(1, 3, 2), lambda g, d: (_r(g, d, 4, 9, 2),), True, False, R),
     "unfold_last_overlapping": (lambda x: x.unfold(-1, 4, 1), lambda g, d: (_r(g, d, 3, 6),),
                                 True, False, R),
+    "unfold_0d": (lambda x: x.unfold(0, 1, 1), lambda g, d: (_r(g, d, 1).reshape(()),),
+                  True, False, R),
     "cummin": (lambda x: torch.cummin(x, 1), lambda g, d: (_r(g, d, 3, 7),), True, False, R),
     "cummin_ties_nan": (lambda x: torch.cummin(x, 0), lambda g, d: (
         torch.tensor([2.0, 1.0, 1.0, 3.0, float("nan"), 0.0, 1.0], dtype=d),), False, False, R),
@@ -168,9 +170,8 @@ CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, 
     "complex": (torch.complex, lambda g, d: (_r(g, d, 4, 3), _r(g, d, 3)), True, True, R),
     "polar": (torch.polar, lambda g, d: (_pos(g, d, 5), _r(g, d, 5)), True, True,
               (torch.float32,)),
-    # float64: its backward reads real/imag of a complex128 tensor, which
-    # torch_xla gets wrong (as angle of complex128, declined in the table)
-    "polar_forward": (torch.polar, lambda g, d: (_pos(g, d, 5), _r(g, d, 5)), False, True, R),
+    # float64 is declined: its backward goes through torch_xla ops that get
+    # complex128 wrong (as angle of complex128)
     "mvlgamma": (lambda x: torch.mvlgamma(x, 3), lambda g, d: (_pos(g, d, 5, lo=1.5),),
                  True, True, R),
     "zeta": (torch.special.zeta, lambda g, d: (_pos(g, d, 5, lo=1.5), _pos(g, d, 5)),

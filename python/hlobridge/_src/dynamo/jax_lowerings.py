@@ -190,7 +190,9 @@ def _unfold(x: torch.Tensor, dim: int, size: int, step: int) -> Any:
     """``unfold``/``unfold_copy`` as an ``index_select`` of the windows'
     positions (torch_xla falls back on ``unfold_copy``): dimension ``dim``
     becomes the window count, a last dimension of ``size`` is added."""
-    if x.dim() == 0 or step <= 0:
+    if x.dim() == 0:  # eager: a 1-long window of the one element
+        return x.reshape(1).clone() if size == 1 and step > 0 else NotImplemented
+    if step <= 0:
         return NotImplemented
     d = dim % x.dim()
     n = (x.shape[d] - size) // step + 1
@@ -254,7 +256,9 @@ def _complex(re: torch.Tensor, im: torch.Tensor) -> Any:
 def _polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
     """``polar(abs, angle)``: ``abs * cos(angle) + i abs * sin(angle)``, as
     eager."""
-    if r.dtype != theta.dtype or not _jax_dtype_ok(r):
+    if r.dtype != theta.dtype or r.dtype != torch.float32:
+        # float64: polar's backward reads its complex128 result through
+        # torch_xla ops that get complex128 wrong (as angle's)
         return NotImplemented
     import jax
     import jax.numpy as jnp
