@@ -64,11 +64,12 @@ Found by the OpInfo sweep (``make sweep``, #27):
     (``var_mean``), a wrong one (``std_mean``, error 0.55) or failed. Here:
     ``var(re) + var(im)``.
 
-``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``), ``linalg_pinv``, SVD and
+``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``), ``linalg_pinv``, ``_linalg_eigh``, SVD and
 log-determinant of empty matrices
     ``hlobridge._src.dynamo.linalg_numerics``: complex inverses were wrong
     (error 1.99 relative), ``inv_ex``'s ``info`` all zeros of the wrong
-    shape, float64 ``pinv`` float32-accurate (2e-7).
+    shape, float64 ``pinv`` float32-accurate (2e-7); float64 ``eigh``'s
+    eigenvectors too (2e-8: refined).
 
 Ops with a ``dim`` on 0-d tensors (``sum(x, 0)``, ``cumsum``, ``max(x, 0)``,
 ``index_select``, ...)
@@ -454,6 +455,18 @@ def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
         return linalg_numerics.inv_ex(a, check_errors=check_errors)
 
 
+def _eigh(a: torch.Tensor, uplo: str = "L", compute_v: bool = True) -> Any:
+    """``_linalg_eigh`` in float64/complex128: :func:`linalg_numerics.eigh_refined`
+    (XLA's eigenvectors are float32-accurate there)."""
+    op = _aten._linalg_eigh.default
+    if (_declines(op) or not compute_v or a.numel() == 0
+            or a.dtype not in (torch.float64, torch.complex128)):
+        return NotImplemented
+    with _inner(op):
+        w, v = op(a, uplo, True)
+    return linalg_numerics.eigh_refined(a, w, v, uplo)
+
+
 def _div_complex(a: Any, b: Any) -> Any:
     """``div.Tensor`` with a complex operand: torch_xla's result carries
     the default float dtype as its torch type (its HLO is complex), so a
@@ -659,6 +672,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.cummax.default: _cummax,
         a.linalg_inv_ex.default: _inv_ex,
         a.linalg_pinv.atol_rtol_tensor: linalg_numerics.pinv,
+        a._linalg_eigh.default: _eigh,
         a.div.Tensor: _div_complex,
         a._linalg_slogdet.default: _none_declines(linalg_numerics.empty_slogdet),
         a.logdet.default: _logdet_empty,
