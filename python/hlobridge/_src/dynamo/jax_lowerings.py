@@ -569,6 +569,17 @@ def _zeta_jax_call(s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return _call_jax("special_zeta", _zeta_jax, s, q)[0]
 
 
+def _digamma_jax(x: Any) -> Any:
+    """JAX: ``lax.digamma`` with torch's poles: ``-inf`` at ``+0``, ``+inf``
+    at ``-0`` (``copysign(inf, -x)``), NaN at the negative integers
+    (``lax.digamma`` gives NaN at zero)."""
+    import jax
+    import jax.numpy as jnp
+
+    out = jax.lax.digamma(x)
+    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x).astype(x.dtype), out)
+
+
 def _lax(name: str) -> Callable[[], Callable[..., Any]]:
     def get() -> Callable[..., Any]:
         import jax
@@ -673,7 +684,7 @@ def _table() -> dict[Any, Callable[..., Any]]:
     t[aten._fft_c2r.default] = _fft_c2r
     t[aten._fft_c2c.default] = _fft_c2c
     t[aten.lgamma.default] = _unary_jax("lgamma", _lax("lgamma"))
-    t[aten.digamma.default] = _unary_jax("digamma", _lax("digamma"))
+    t[aten.digamma.default] = _unary_jax("digamma", lambda: _digamma_jax)
     t[aten.polygamma.default] = _polygamma
     t[aten.i0.default] = _unary_jax("i0", _special("i0"))
     t[aten.special_i0e.default] = _unary_jax("special_i0e", _special("i0e"))
