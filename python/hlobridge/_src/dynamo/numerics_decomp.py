@@ -94,6 +94,10 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
     failed to lower or kept the input dtype. Here: the input in the default
     float dtype first, as torch promotes it.
 
+``log10``, ``log2``, ``gelu`` in float64
+    float32-accurate (relative error 1e-8 to 3e-8; torch_xla's lowerings
+    have float32 constants). Here: torch's formulas with float64 constants.
+
 ``convolution_backward``'s bias gradient in bfloat16/float16
     summed in the 16-bit type (0.19 relative off). Here: in float32.
 
@@ -122,6 +126,7 @@ the op itself (``proxy_tensor`` falls back to the op on ``NotImplemented``).
 
 from __future__ import annotations
 
+import math
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -584,7 +589,11 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
                              bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                              transposed: bool, output_padding: Any, groups: int,
                              output_mask: Any) -> Any:
-    """``convolution_backward``'s bias gradient in bfloat16/float16: torch
+    """``log10``, ``log2``, ``gelu`` in float64
+    float32-accurate (relative error 1e-8 to 3e-8; torch_xla's lowerings
+    have float32 constants). Here: torch's formulas with float64 constants.
+
+``convolution_backward``'s bias gradient in bfloat16/float16: torch
     sums in float32; torch_xla summed in the 16-bit type (a transposed 3-D
     convolution's bias gradient was 0.19 off relative, eager 0.002). Here:
     the sum in float32, the rest from the op with the bias left out."""
@@ -618,6 +627,40 @@ def _int_to_float(op: Any) -> Callable[..., Any]:
         if x.is_floating_point() or x.is_complex():
             return NotImplemented
         return op(x.to(torch.get_default_dtype()))
+
+    return decomp
+
+
+def _gelu64(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    if approximate == "tanh":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1 + torch.tanh(inner))
+    return x * 0.5 * (1 + torch.erf(x * math.sqrt(0.5)))
+
+
+_FLOAT64_FORMULAS: dict[str, Callable[..., Any]] = {
+    "log10": lambda x: torch.log(x) / math.log(10),
+    "log2": lambda x: torch.log(x) / math.log(2),
+    "gelu": _gelu64,
+}
+"""float64 ops whose torch_xla lowering has a float32 constant: float32
+accuracy in float64 (relative error ``log10`` 2.3e-8, ``log2`` 1.3e-8,
+``gelu`` 2.6e-8 and 3e-10 of its largest value; within ``assert_close``'s
+float64 tolerance, found by the float64 sweep's reference error). Here:
+torch's formula with float64 constants. (``hardsigmoid_backward`` differs
+from eager by 3e-8 the other way: eager's CPU kernel multiplies by a
+float32 ``1/6``.)"""
+
+
+def _float64_formula(name: str, other: Callable[..., Any] | None) -> Callable[..., Any]:
+    """:data:`_FLOAT64_FORMULAS`' entry for a float64 first input; ``other``
+    (or the op as is) otherwise."""
+    formula = _FLOAT64_FORMULAS[name]
+
+    def decomp(x: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float64:
+            return formula(x, *args, **kwargs)
+        return other(x, *args, **kwargs) if other is not None else NotImplemented
 
     return decomp
 
@@ -690,6 +733,9 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.remainder.Tensor: _in_float32(a.remainder.Tensor),
         a.remainder.Scalar: _in_float32(a.remainder.Scalar),
     }
+    for name in _FLOAT64_FORMULAS:
+        op = getattr(a, name).default
+        table[op] = _float64_formula(name, table.get(op))
     for op in ZERO_D_OPS:  # 0-d tensors with a dim (zero_d_dims)
         table[op] = zero_d_wrap(op, table.get(op))
     return {k: _or_core(v, core[k]) if k in core else v for k, v in table.items()}
