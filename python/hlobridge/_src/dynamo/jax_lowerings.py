@@ -10,13 +10,15 @@ gradient is torch's own autograd formula (whose backward ops go through
 this table too). Each entry is one of two kinds:
 
 - **torch**: torch-level ops torch_xla lowers (torch's own decomposition
-  from ``torch._decomp`` where it is exact, or one spelled out here), e.g.
-  ``addmm`` with ``alpha``/``beta``, ``hypot``, ``linalg_cholesky_ex``
-  through ``aten.cholesky``;
+  from ``torch._decomp`` where it is exact, or one spelled out here to
+  match eager's kernel), e.g. ``addmm`` with ``alpha``/``beta``, ``fmin``,
+  ``round.decimals``, ``linalg_cholesky_ex``'s factor through
+  ``aten.cholesky``, ``unfold`` as ``index_select``;
 - **jax**: a JAX function embedded as a ``hlobridge::call_jax`` node (the
   machinery of :func:`hlobridge.call_jax`: the node becomes a ``jax.jit``
   segment stitched into the program), e.g. ``_fft_r2c`` as ``jnp.fft``,
-  ``lgamma`` as ``lax.lgamma``. Dtype promotion and output dtypes are done in
+  ``lgamma`` as ``lax.lgamma``, ``hypot``, ``signbit``, torch's Hurwitz
+  ``zeta`` (for ``polygamma``). Dtype promotion and output dtypes are done in
   torch around the call (JAX sees inputs of the result's dtype; integer
   results are cast in torch, since JAX without x64 has no int64).
 
@@ -89,7 +91,7 @@ def _addbmm(self: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor, *, beta: Any
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:
-        return prod.expand(self.shape) if prod.shape != self.shape else prod
+        return prod  # (M, N): self only broadcasts to it
     return (self * beta if beta != 1 else self) + prod
 
 
