@@ -6,68 +6,11 @@ use hlobridge_deploy::writer::demo_artifact;
 use hlobridge_deploy::{safetensors, ArtifactError, DeployError, Model, TensorRef};
 use pjrt_client::ElementType;
 
-/// A fresh scratch directory `<tmp>/hb-deploy-<name>-XXXX`, removed when dropped.
+mod common;
+use common::{bytes, run_and_check, Lcg};
+
 fn tmp(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("hb-deploy-{name}-"))
-        .tempdir()
-        .unwrap()
-}
-
-/// A small deterministic generator (no `rand` dependency).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn f32s(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| (self.next() % 2001) as f32 / 1000.0 - 1.0)
-            .collect()
-    }
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn check(model: &Model, x: &[f32], b: i64) {
-    let xb = bytes(x);
-    let outs = model
-        .run(&[(
-            "x",
-            TensorRef {
-                dtype: ElementType::F32,
-                shape: &[b, 3],
-                data: &xb,
-            },
-        )])
-        .unwrap();
-    assert_eq!(outs[0].0, "y");
-    assert_eq!(outs[0].1.shape, vec![b, 3]);
-    assert_eq!(outs[1].1.shape, vec![b]);
-    let y = floats(&outs[0].1.data);
-    let s = floats(&outs[1].1.data);
-    let w = [1.0f32, 2.0, 3.0];
-    for r in 0..b as usize {
-        let mut sum = 0.0f32;
-        for c in 0..3 {
-            let want = x[r * 3 + c] * w[c];
-            assert!((y[r * 3 + c] - want).abs() <= 1e-6, "y[{r},{c}]");
-            sum += want;
-        }
-        assert!((s[r] - sum).abs() <= 1e-5, "s[{r}]");
-    }
+    common::tmp("deploy", name)
 }
 
 #[test]
@@ -78,7 +21,7 @@ fn runs_exact_and_padded_batches() {
     assert_eq!(model.batch_sizes(), vec![1, 4]);
     let mut g = Lcg(7);
     for b in [1i64, 2, 3, 4] {
-        check(&model, &g.f32s(b as usize * 3), b);
+        run_and_check(&model, &g.f32s(b as usize * 3), b);
     }
 }
 
@@ -88,7 +31,7 @@ fn runs_without_batch_dim() {
     demo_artifact(dir.path(), &[]).unwrap();
     let model = Model::load(dir.path()).unwrap();
     let mut g = Lcg(3);
-    check(&model, &g.f32s(6), 2);
+    run_and_check(&model, &g.f32s(6), 2);
     let x = bytes(&g.f32s(3));
     let e = model.run(&[(
         "x",

@@ -9,70 +9,15 @@ use hlobridge_deploy::writer::{demo_artifact, demo_dynamic_artifact};
 use hlobridge_deploy::{DeployError, Model, Prepared, TensorRef};
 use pjrt_client::ElementType;
 
-/// A fresh scratch directory `<tmp>/hb-deploy-dyn-<name>-XXXX`, removed when dropped.
+mod common;
+use common::{bytes, check, values};
+
 fn tmp(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("hb-deploy-dyn-{name}-"))
-        .tempdir()
-        .unwrap()
-}
-
-/// Values in [-1, 1] from a small LCG (fresh per seed; no `rand` dependency).
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-/// `y = x * [1, 2, 3]`, `s = y.sum(1)` checked elementwise (tolerance 1e-6
-/// on `y`, 1e-5 on `s`).
-fn check(outs: &[hlobridge_deploy::Tensor], x: &[f32], b: i64) {
-    assert_eq!(outs[0].shape, vec![b, 3]);
-    assert_eq!(outs[1].shape, vec![b]);
-    let (y, s) = (floats(&outs[0].data), floats(&outs[1].data));
-    for r in 0..b as usize {
-        let mut sum = 0.0f32;
-        for (c, w) in [1.0f32, 2.0, 3.0].iter().enumerate() {
-            let want = x[r * 3 + c] * w;
-            assert!(
-                (y[r * 3 + c] - want).abs() <= 1e-6,
-                "y[{r},{c}] at batch {b}"
-            );
-            sum += want;
-        }
-        assert!((s[r] - sum).abs() <= 1e-5, "s[{r}] at batch {b}");
-    }
+    common::tmp("deploy-dyn", name)
 }
 
 fn run(model: &Model, x: &[f32], b: i64) -> Result<Vec<hlobridge_deploy::Tensor>, DeployError> {
-    let xb = bytes(x);
-    let shape = [b, 3];
-    model
-        .run(&[(
-            "x",
-            TensorRef {
-                dtype: ElementType::F32,
-                shape: &shape,
-                data: &xb,
-            },
-        )])
-        .map(|o| o.into_iter().map(|(_, t)| t).collect())
+    common::run(model, x, b).map(|o| o.into_iter().map(|(_, t)| t).collect())
 }
 
 #[test]

@@ -6,62 +6,12 @@
 
 use hlobridge_deploy::writer::demo_dynamic_artifact;
 use hlobridge_deploy::Model;
-use hlobridge_serve::pb::{NamedTensor, PredictRequest, Tensor};
+use hlobridge_serve::pb::Tensor;
 use hlobridge_serve::ServeConfig;
 use tonic::Code;
 
 mod common;
-use common::{client, start_model};
-
-fn x(rows: i64, seed: f32) -> (Vec<f32>, Tensor) {
-    let v: Vec<f32> = (0..rows * 3)
-        .map(|i| (i as f32 * 0.37 + seed).sin())
-        .collect();
-    let t = Tensor {
-        dtype: "f32".into(),
-        shape: vec![rows, 3],
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    };
-    (v, t)
-}
-
-fn req(t: Tensor) -> PredictRequest {
-    PredictRequest {
-        inputs: vec![NamedTensor {
-            name: "x".into(),
-            tensor: Some(t),
-        }],
-    }
-}
-
-/// `y = x * [1, 2, 3]` (tolerance 1e-6), `s = y.sum(1)` (1e-5).
-fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
-    let get = |n: &str| {
-        out.outputs
-            .iter()
-            .find(|o| o.name == n)
-            .and_then(|o| o.tensor.clone())
-            .unwrap()
-    };
-    let (y, s) = (get("y"), get("s"));
-    assert_eq!(y.shape, vec![rows, 3]);
-    assert_eq!(s.shape, vec![rows]);
-    let f = |b: &[u8]| -> Vec<f32> {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
-    let (yv, sv) = (f(&y.data), f(&s.data));
-    for r in 0..rows as usize {
-        let mut sum = 0.0;
-        for c in 0..3 {
-            let want = xv[r * 3 + c] * (c as f32 + 1.0);
-            assert!((yv[r * 3 + c] - want).abs() <= 1e-6);
-            sum += want;
-        }
-        assert!((sv[r] - sum).abs() <= 1e-5);
-    }
-}
+use common::{check, client, req_x as req, start_model, x};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_a_dynamic_artifact_at_several_batch_sizes() {

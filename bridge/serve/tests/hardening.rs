@@ -36,7 +36,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 mod common;
-use common::{client, health, health_on, start_demo, start_model, Running};
+use common::{client, health, health_on, req_x as req, start_demo, start_model, Running};
 
 fn tmp(name: &str) -> tempfile::TempDir {
     common::tmp("hard", name)
@@ -53,15 +53,6 @@ fn x(rows: i64) -> Tensor {
         data: (0..rows * 3)
             .flat_map(|i| (i as f32).to_le_bytes())
             .collect(),
-    }
-}
-
-fn req(t: Tensor) -> PredictRequest {
-    PredictRequest {
-        inputs: vec![NamedTensor {
-            name: "x".into(),
-            tensor: Some(t),
-        }],
     }
 }
 

@@ -3,82 +3,20 @@
 //! the server still serving afterwards, bearer tokens, the public-address
 //! refusal, and a graceful shutdown.
 
-use hlobridge_serve::pb::{MetadataRequest, NamedTensor, PredictRequest, Tensor};
+use hlobridge_serve::pb::{MetadataRequest, PredictRequest, Tensor};
 use hlobridge_serve::{ServeConfig, ServeError};
 use tonic::transport::Channel;
 use tonic::Code;
 
 mod common;
-use common::{client, start_demo, Running};
+use common::{check, client, req, start_demo, x, Running};
 
 fn tmp(name: &str) -> tempfile::TempDir {
     common::tmp("serve", name)
 }
 
-fn f32s(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn x(rows: i64, seed: f32) -> (Vec<f32>, Tensor) {
-    let v: Vec<f32> = (0..rows * 3)
-        .map(|i| (i as f32 * 0.37 + seed).sin())
-        .collect();
-    let t = Tensor {
-        dtype: "f32".into(),
-        shape: vec![rows, 3],
-        data: f32s(&v),
-    };
-    (v, t)
-}
-
-fn req(inputs: Vec<(&str, Tensor)>) -> PredictRequest {
-    PredictRequest {
-        inputs: inputs
-            .into_iter()
-            .map(|(k, v)| NamedTensor {
-                name: k.to_string(),
-                tensor: Some(v),
-            })
-            .collect(),
-    }
-}
-
-fn output<'a>(out: &'a hlobridge_serve::pb::PredictResponse, name: &str) -> &'a Tensor {
-    out.outputs
-        .iter()
-        .find(|o| o.name == name)
-        .and_then(|o| o.tensor.as_ref())
-        .unwrap_or_else(|| panic!("no output {name}"))
-}
-
 async fn start(buckets: &[i64], cfg: ServeConfig, name: &str) -> Running {
     start_demo(tmp(name).path(), buckets, cfg).await
-}
-
-fn check(xv: &[f32], out: &hlobridge_serve::pb::PredictResponse, rows: i64) {
-    let y = output(out, "y");
-    let s = output(out, "s");
-    assert_eq!(y.shape, vec![rows, 3]);
-    assert_eq!(s.shape, vec![rows]);
-    let yv: Vec<f32> = y
-        .data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let sv: Vec<f32> = s
-        .data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    for r in 0..rows as usize {
-        let mut sum = 0.0;
-        for c in 0..3 {
-            let want = xv[r * 3 + c] * (c as f32 + 1.0);
-            assert!((yv[r * 3 + c] - want).abs() <= 1e-6);
-            sum += want;
-        }
-        assert!((sv[r] - sum).abs() <= 1e-5);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

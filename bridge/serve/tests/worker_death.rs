@@ -9,14 +9,14 @@
 
 use hlobridge_deploy::writer::demo_row_sum_artifact;
 use hlobridge_deploy::Model;
-use hlobridge_serve::pb::{NamedTensor, PredictRequest, Tensor};
+use hlobridge_serve::pb::{PredictRequest, Tensor};
 use hlobridge_serve::ServeConfig;
 use std::time::Duration;
 use tonic::Code;
 use tracing_subscriber::layer::SubscriberExt;
 
 mod common;
-use common::health;
+use common::{health, req_x};
 
 /// Panics on an ERROR event logged by the worker thread.
 struct KillWorker;
@@ -32,16 +32,11 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for KillWorker {
 }
 
 fn x(rows: i64) -> PredictRequest {
-    PredictRequest {
-        inputs: vec![NamedTensor {
-            name: "x".into(),
-            tensor: Some(Tensor {
-                dtype: "f32".into(),
-                shape: vec![rows, 3],
-                data: vec![0; rows as usize * 12],
-            }),
-        }],
-    }
+    req_x(Tensor {
+        dtype: "f32".into(),
+        shape: vec![rows, 3],
+        data: vec![0; rows as usize * 12],
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

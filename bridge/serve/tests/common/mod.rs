@@ -1,23 +1,21 @@
 //! What the serve test files share: a scratch directory per test, a server
-//! on a loopback port of its own, and a client that waits for it.
+//! on a loopback port of its own, a client that waits for it, and the demo
+//! artifact's requests and host-arithmetic check.
 
 #![allow(dead_code)] // each test file uses its own subset
 
 use hlobridge_deploy::writer::demo_artifact;
 use hlobridge_deploy::Model;
 use hlobridge_serve::pb::predictor_client::PredictorClient;
+use hlobridge_serve::pb::{NamedTensor, PredictRequest, PredictResponse, Tensor};
 use hlobridge_serve::{serve, ServeConfig, ServeError};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 
-/// A fresh scratch directory `<tmp>/hb-<file>-<name>-XXXX`, removed when dropped.
-pub fn tmp(file: &str, name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("hb-{file}-{name}-"))
-        .tempdir()
-        .unwrap()
-}
+#[path = "../../../deploy/tests/common/shared.rs"]
+mod shared;
+pub use shared::{bytes, floats, tmp};
 
 /// A server running on a task of its own.
 pub struct Running {
@@ -105,4 +103,62 @@ pub async fn health_on(ch: Channel) -> i32 {
     .unwrap()
     .into_inner()
     .status
+}
+
+/// A `[rows, 3]` f32 input (`sin(0.37 i + seed)`): its values and its tensor.
+pub fn x(rows: i64, seed: f32) -> (Vec<f32>, Tensor) {
+    let v: Vec<f32> = (0..rows * 3)
+        .map(|i| (i as f32 * 0.37 + seed).sin())
+        .collect();
+    let t = Tensor {
+        dtype: "f32".into(),
+        shape: vec![rows, 3],
+        data: bytes(&v),
+    };
+    (v, t)
+}
+
+/// A request of named tensors (names may repeat).
+pub fn req(inputs: Vec<(&str, Tensor)>) -> PredictRequest {
+    PredictRequest {
+        inputs: inputs
+            .into_iter()
+            .map(|(k, v)| NamedTensor {
+                name: k.to_string(),
+                tensor: Some(v),
+            })
+            .collect(),
+    }
+}
+
+/// A request of one tensor named `x` (the demo's input).
+pub fn req_x(t: Tensor) -> PredictRequest {
+    req(vec![("x", t)])
+}
+
+/// The output `name` of a response.
+pub fn output<'a>(out: &'a PredictResponse, name: &str) -> &'a Tensor {
+    out.outputs
+        .iter()
+        .find(|o| o.name == name)
+        .and_then(|o| o.tensor.as_ref())
+        .unwrap_or_else(|| panic!("no output {name}"))
+}
+
+/// The demo's response (`y = x * [1, 2, 3]`, `s = y.sum(1)`) to input `xv`
+/// of `rows` rows, checked elementwise (tolerance 1e-6 on `y`, 1e-5 on `s`).
+pub fn check(xv: &[f32], out: &PredictResponse, rows: i64) {
+    let (y, s) = (output(out, "y"), output(out, "s"));
+    assert_eq!(y.shape, vec![rows, 3]);
+    assert_eq!(s.shape, vec![rows]);
+    let (yv, sv) = (floats(&y.data), floats(&s.data));
+    for r in 0..rows as usize {
+        let mut sum = 0.0;
+        for c in 0..3 {
+            let want = xv[r * 3 + c] * (c as f32 + 1.0);
+            assert!((yv[r * 3 + c] - want).abs() <= 1e-6, "y[{r},{c}]");
+            sum += want;
+        }
+        assert!((sv[r] - sum).abs() <= 1e-5, "s[{r}]");
+    }
 }
