@@ -10,15 +10,30 @@ HLOBRIDGE_TEST_SEED to replay).
 Tolerances (bf16 has 8 significant bits, unit roundoff 2^-8 = 3.9e-3; XLA:CPU
 rounds after every elementwise op where torch's bf16 kernels often round
 once, docs/testing.md): the loss within rtol=2e-2/atol=1e-2 of eager
-autocast's; gradients, parameters and buffers statistically, as PyTorch's
-accuracy checker judges reduced precision: their RMS error from eager
-float32 (``f32``, the same model without autocast) within 3x eager bf16's
-own RMS error from it plus 1% of float32's RMS (hlobridge's distance from
-float32 measured 1.3-3.5x eager bf16's on tiny transformer gradients: it
-rounds more often). Elementwise distances between two bf16 computations
-are not compared: one rounding flip makes them a coin toss across seeds
-and CPUs. The compiled loss must also differ from float32's by more than
-float32 rounding: the program really computed in bf16.
+autocast's; gradients, parameters and buffers by the house statistical
+check (``model_zoo/accuracy.py``'s ``check_statistical``, PyTorch's
+``same`` with ``fp64_ref``) one precision down: eager float32 (the same
+model without autocast) is the reference, eager bf16 stands alongside.
+Every element within torch's bf16 default (rtol=1.6e-2, atol=1e-5) of
+float32, or an RMS error from float32 within 3x (8x up to 500 elements,
+10x up to 10) eager bf16's own plus 5% of the change (for a gradient: of
+the gradient), and the change in float32's direction. Elementwise
+distances between two bf16 computations are not compared: one rounding
+flip makes them a coin toss across seeds and CPUs.
+
+Why the share of the change: bf16 rounding flips ReLU masks (the
+transformer layer's feed-forward ReLU), and each flip moves a whole row of
+the layer's weight gradient; eager bf16 may flip none where hlobridge,
+rounding more often, flips a few. The former rule (3x eager bf16's RMS
+error plus 1% of float32's RMS) failed ``linear1.weight``'s gradient for
+seed 2392542505 on this AMD EPYC with and without AVX2 emulation
+(hlobridge 2.07e-4 from float32, eager bf16 2.28e-5, bound 1.15e-4; now
+0.68 of the bound), and over 7 seeds under AVX2 emulation reached
+0.56-1.8 of its bound. A real defect still fails: hlobridge's gradients
+scaled by 1.1, or its learning rate by 1.1 (0.055 for 0.05), fail every
+one of these tests on that seed. The compiled loss must also differ from
+float32's by more than float32 rounding: the program really computed in
+bf16.
 
 Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_autocast.py -q
 """
@@ -34,9 +49,13 @@ import torch
 import torch.nn.functional as F
 
 import hlobridge as hb
+from model_zoo.accuracy import check_statistical
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 LOSS_TOL = dict(rtol=2e-2, atol=1e-2)
+BF16_TOL = dict(rtol=1.6e-2, atol=1e-5)
+"""torch.testing's default bfloat16 tolerance: the elementwise pass of the
+statistical check (its ``atol / 10`` adds 1e-6 to the RMS bound)."""
 
 
 @pytest.fixture(autouse=True)
@@ -44,23 +63,21 @@ def seeded() -> None:
     torch.manual_seed(SEED)
 
 
-def near(got: torch.Tensor, want: torch.Tensor, f32: torch.Tensor, what: str) -> None:
-    """``got`` (hlobridge, bf16) against eager float32 (``f32``), judged by
-    eager bf16's own distance from it (``want``), as PyTorch's accuracy
-    checker judges reduced precision: hlobridge's RMS error from float32
-    within 3x eager bf16's RMS error plus 1% of float32's RMS. Elementwise
-    max distances between two bf16 implementations are a coin toss (one
-    rounding flip moves an element by a bf16 ulp of its neighbours' scale),
-    so they are not compared."""
-    got, want, f32 = got.detach().double(), want.detach().double(), f32.detach().double()
-
-    def rms(t: torch.Tensor) -> float:
-        return float(t.pow(2).mean().sqrt().item())
-
-    err, eager_err, scale = rms(got - f32), rms(want - f32), rms(f32)
-    bound = 3 * eager_err + 1e-2 * scale
-    assert err <= bound, (f"seed={SEED} {what}: RMS error from float32 {err:.3g} > {bound:.3g} "
-                          f"(eager bf16 {eager_err:.3g}, float32 RMS {scale:.3g})")
+def near(got: torch.Tensor, want: torch.Tensor, f32: torch.Tensor, what: str,
+         start: torch.Tensor) -> None:
+    """``got`` (hlobridge, bf16) against eager float32 (``f32``), judged as
+    ``model_zoo/accuracy.py`` judges float32 training against float64, one
+    precision down: eager bf16 (``want``) plays eager float32's part and
+    eager float32 plays float64's. Every element within :data:`BF16_TOL` of
+    float32, or hlobridge's RMS error from float32 within 3x (10x for tiny
+    tensors) eager bf16's own plus ``FLIP_REL`` (5%) of the change from
+    ``start`` (zeros for a gradient: the gradient itself), and the change in
+    float32's direction. Elementwise distances between two bf16
+    implementations are not compared: one rounding flip moves an element by
+    a bf16 ulp of its neighbours' scale, and a ReLU mask flipped by bf16
+    rounding moves a whole row."""
+    check_statistical(got, want, f32, BF16_TOL, f"seed={SEED} {what}", start,
+                      names=("eager float32", "eager bf16"))
 
 
 class MLP(torch.nn.Module):
@@ -125,6 +142,7 @@ def loss_fn(model: Callable[..., torch.Tensor], x: torch.Tensor, y: torch.Tensor
 def test_torch_compile_forward_and_backward_match_eager_autocast(family: str) -> None:
     cls, batch = FAMILIES[family]
     eager = cls()
+    start = {n: b.detach().clone() for n, b in eager.named_buffers()}
     compiled_model = copy.deepcopy(eager)
     ref32 = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, backend="hlobridge")
@@ -143,9 +161,10 @@ def test_torch_compile_forward_and_backward_match_eager_autocast(family: str) ->
     for (n, p), q, r in zip(eager.named_parameters(), compiled_model.parameters(),
                             ref32.parameters()):
         assert q.grad is not None and q.grad.dtype == p.dtype, n
-        near(q.grad, p.grad, r.grad, f"grad of {n}")  # type: ignore[arg-type]
+        near(q.grad, p.grad, r.grad, f"grad of {n}",  # type: ignore[arg-type]
+             torch.zeros_like(q))
     for (n, b), c, r in zip(eager.named_buffers(), compiled_model.buffers(), ref32.buffers()):
-        near(c, b, r, f"buffer {n}")
+        near(c, b, r, f"buffer {n}", start[n])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -153,6 +172,8 @@ def test_torch_compile_forward_and_backward_match_eager_autocast(family: str) ->
 def test_compile_train_step_matches_eager_autocast(family: str, where: str) -> None:
     cls, batch = FAMILIES[family]
     eager = cls()
+    start = {n: t.detach().clone() for n, t in [*eager.named_parameters(),
+                                                *eager.named_buffers()]}
     model = copy.deepcopy(eager)
     ref32 = copy.deepcopy(eager)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
@@ -182,9 +203,9 @@ def test_compile_train_step_matches_eager_autocast(family: str, where: str) -> N
                                            msg=lambda m: f"seed={SEED} step {i} loss: {m}")
     for (n, p), q, r in zip(eager.named_parameters(), model.parameters(), ref32.parameters()):
         assert q.dtype == torch.float32
-        near(q, p, r, f"parameter {n}")
+        near(q, p, r, f"parameter {n}", start[n])
     for (n, b), c, r in zip(eager.named_buffers(), model.buffers(), ref32.buffers()):
-        near(c, b, r, f"buffer {n}")
+        near(c, b, r, f"buffer {n}", start[n])
     assert len(step.graphs) == 1
 
 
@@ -236,4 +257,4 @@ def test_bf16_scalar_constants_in_the_backward() -> None:
     # where the sum happens to be near 0.
     torch.testing.assert_close(got, want, rtol=0.0, atol=0.25,
                                msg=lambda m: f"seed={SEED} loss: {m}")
-    near(w.grad, we.grad, w32.grad, "grad of w")  # type: ignore[arg-type]
+    near(w.grad, we.grad, w32.grad, "grad of w", torch.zeros_like(w))  # type: ignore[arg-type]

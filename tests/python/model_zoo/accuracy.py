@@ -155,24 +155,28 @@ class Stat:
 
 def check_statistical(got: torch.Tensor, e32: torch.Tensor, e64: torch.Tensor,
                       tol: dict[str, float], what: str,
-                      start: torch.Tensor | None = None) -> Stat:
+                      start: torch.Tensor | None = None,
+                      names: tuple[str, str] = ("eager float64", "eager float32")) -> Stat:
     """Judge hlobridge's ``got`` after several training steps against the
     same steps in eager float64 (``e64``) and eager float32 (``e32``), as
     described in the module docstring. ``start``: the tensor before the
     steps (for the direction check). Integer tensors must be equal. Raises
-    AssertionError naming ``what`` and every measured figure."""
+    AssertionError naming ``what`` and every measured figure. ``names``:
+    what the messages call ``e64`` and ``e32``, for the same check one
+    precision down (``tests/python/test_autocast.py``: bf16 autocast against
+    eager float32, eager bf16 alongside)."""
     got, e32, e64 = got.detach(), e32.detach(), e64.detach()
     if not e64.dtype.is_floating_point:
         check_exact(got, e64, tol, what)
         return Stat(0.0, 0.0, 0.0, True, 1.0)
     g, f, r = got.double(), e32.double(), e64.double()
     if g.shape != r.shape:
-        raise AssertionError(f"{what}: shape {tuple(g.shape)}, float64 reference "
+        raise AssertionError(f"{what}: shape {tuple(g.shape)}, {names[0]} "
                              f"{tuple(r.shape)}")
     if g.numel() == 0:
         return Stat(0.0, 0.0, 0.0, True, 1.0)
     if not torch.isfinite(g).all() and torch.isfinite(r).all():
-        raise AssertionError(f"{what}: non-finite values where eager float64 has none")
+        raise AssertionError(f"{what}: non-finite values where {names[0]} has none")
     hb_rms, f32_rms = rms(g, r), rms(f, r)
     hb_max = float((g - r).abs().max())
     if torch.allclose(g, r, rtol=tol["rtol"], atol=tol["atol"]):
@@ -190,12 +194,13 @@ def check_statistical(got: torch.Tensor, e32: torch.Tensor, e64: torch.Tensor,
     bound = m * f32_rms + tol["atol"] / 10.0 + FLIP_REL * change
     if hb_rms > bound or (determined and cosine < COSINE_MIN):
         raise AssertionError(
-            f"{what}: hlobridge's RMS difference from eager float64 is {hb_rms:.3g} "
-            f"(largest {hb_max:.3g}), eager float32's {f32_rms:.3g}; allowed "
+            f"{what}: hlobridge's RMS difference from {names[0]} is {hb_rms:.3g} "
+            f"(largest {hb_max:.3g}), {names[1]}'s {f32_rms:.3g}; allowed "
             f"{m:g} x {f32_rms:.3g} + {tol['atol'] / 10:.3g} + {FLIP_REL:g} x {change:.3g} "
             f"(the change's RMS) = {bound:.3g} "
             f"(elementwise tolerance rtol={tol['rtol']}, atol={tol['atol']} exceeded); "
-            f"cosine similarity of the change with float64's {cosine:.6f} "
-            f"(at least {COSINE_MIN} where float32 determines it: "
+            f"cosine similarity of the change with {names[0].removeprefix('eager ')}'s "
+            f"{cosine:.6f} "
+            f"(at least {COSINE_MIN} where {names[1].removeprefix('eager ')} determines it: "
             f"{'yes' if determined else 'no'})")
     return Stat(hb_rms, f32_rms, hb_max, False, cosine)
