@@ -41,8 +41,9 @@ CASES = [
     ("groups2", (2, 8, 9, 9), (12, 4, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 2, True),
     ("conv1d", (4, 8, 40), (16, 8, 5), (2,), ((2, 2),), (1,), 1, True),
     ("conv3d", (2, 4, 6, 7, 5), (8, 4, 3, 3, 2), (1, 1, 1), ((1, 1), (1, 1), (1, 0)), (1, 1, 1), 1, True),
-    # Left to the host kernel: depthwise, and a window larger than the result.
-    ("depthwise", (4, 16, 10, 10), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16, False),
+    # Depthwise (every window since rewrite version 6's channels-last calls).
+    ("depthwise", (4, 16, 10, 10), (16, 1, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 16, True),
+    # Left to the host kernel: a window larger than the result.
     ("small-spatial", (8, 64, 2, 2), (64, 64, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, False),
 ]
 
@@ -153,7 +154,8 @@ def test_compile_for_cpu_serializes_without_onednn() -> None:
 # (name, x shape, w shape, stride, padding, dilation, groups, oneDNN calls).
 # The oneDNN calls: the forward; stride-1 input gradients; the weight
 # gradient of a stem (<= 4 input channels, stride <= 2); a strided 1x1's
-# input gradient (1x1 call + spreading pad); depthwise only from 7x7.
+# input gradient (1x1 call + spreading pad); depthwise only from 7x7 (a
+# program with backward convolutions keeps rewrite version 5's routing).
 GRAD_CASES = [
     ("3x3", (2, 8, 10, 10), (16, 8, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1, 2),
     ("stem-7x7-stride2", (2, 3, 32, 32), (16, 3, 7, 7), (2, 2), ((3, 3), (3, 3)), (1, 1), 1, 2),
@@ -215,6 +217,52 @@ def test_forward_and_gradients_against_float64(case) -> None:
     _check(got[0], y.detach(), k_fwd, f"{name} forward")
     _check(got[1], dx, k_dx, f"{name} input gradient")
     _check(got[2], dw, k_dw, f"{name} weight gradient")
+
+
+def test_host_kernels_next_to_channels_last_calls() -> None:
+    """An inference block: a 1x1 convolution (a oneDNN call whose input and
+    result are pinned channels-last), ReLU, then a 3x3 convolution (oneDNN,
+    channels-last) and a depthwise 3x3 with a reversed window, which runs on
+    the host kernel. The host kernel reads its buffers row-major, whatever
+    layout XLA picks for the ReLU between (the lowering pins row-major
+    layouts on host-kernel calls; without that, a host kernel next to such
+    calls read channels-last data as row-major: MobileNetV3-L's training
+    step computed wrong gradients before training programs were left out of
+    the channels-last layouts). Against float64 torch."""
+
+    def t(s):
+        return "tensor<" + "x".join(map(str, s)) + "xf32>"
+
+    xs, w1s, w2s, w3s, ys = (2, 8, 12, 12), (16, 8, 1, 1), (16, 1, 3, 3), (24, 16, 3, 3), (2, 16, 12, 12)
+    y3s = (2, 24, 12, 12)
+    win = "window = {stride = [1, 1], pad = [[1, 1], [1, 1]]"
+    text = f"""func.func public @main(%x: {t(xs)}, %w1: {t(w1s)}, %w2: {t(w2s)}, %w3: {t(w3s)}) -> ({t(ys)}, {t(y3s)}) {{
+  %0 = stablehlo.convolution(%x, %w1) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [1, 1]}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : ({t(xs)}, {t(w1s)}) -> {t(ys)}
+  %z = stablehlo.constant dense<0.000000e+00> : {t(ys)}
+  %1 = stablehlo.maximum %0, %z : {t(ys)}
+  %2 = stablehlo.convolution(%1, %w2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], {win}, reverse = [true, true]}} {{batch_group_count = 1 : i64, feature_group_count = 16 : i64}} : ({t(ys)}, {t(w2s)}) -> {t(ys)}
+  %3 = stablehlo.convolution(%1, %w3) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], {win}}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : ({t(ys)}, {t(w3s)}) -> {t(y3s)}
+  return %2, %3 : {t(ys)}, {t(y3s)}
+}}"""
+    exe, _ = _native.compile(text)
+    assert exe.host_kernels.get(ONEDNN, 0) == 2 and exe.host_kernels.get("hlobridge_conv") == 1, \
+        exe.host_kernels
+    gen = _gen()
+    x, w1, w2, w3 = (torch.randn(s, generator=gen, dtype=torch.float64) for s in (xs, w1s, w2s, w3s))
+    h = F.relu(F.conv2d(x, w1))
+    want2 = F.conv2d(h, w2.flip(-1, -2), padding=1, groups=16)
+    want3 = F.conv2d(h, w3, padding=1)
+    got = _run_all(exe, x, w1, w2, w3)
+    # K: multiply-adds per output (the 1x1 convolution's 8 channels folded in).
+    _check(got[0], want2, 9 * 8, "reversed depthwise on the host kernel")
+    _check(got[1], want3, 9 * 16 * 8, "3x3 on oneDNN")
+
+
+def _run_all(exe, *arrays: torch.Tensor) -> list[torch.Tensor]:
+    arrays = tuple(a.float().contiguous() for a in arrays)
+    outs, *_ = _native.execute(exe, [a.data_ptr() for a in arrays], [list(a.shape) for a in arrays],
+                               [_native.ELEMENT_TYPES["f32"]] * len(arrays), list(arrays))
+    return [torch.from_dlpack(o) for o in outs]
 
 
 @pytest.mark.parametrize("hw", [28, 7])

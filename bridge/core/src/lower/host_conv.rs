@@ -32,7 +32,10 @@
 //! `OneDnnConvolutionConfig` as the JSON backend config;
 //! [`onednn`](self::onednn) says which and why). With it too, the weight
 //! gradients of 1×1 convolutions over large maps become batched matrix
-//! products ([`wgrad_dot`](self::wgrad_dot)).
+//! products ([`wgrad_dot`](self::wgrad_dot)). With
+//! [`HostConvPolicy::onednn_channels_last`] (the default) the oneDNN calls
+//! pin channels-last activation layouts, and the lowering then pins
+//! row-major ones on the host-kernel calls ([`pin_row_major_host_calls`]).
 
 use crate::dialects::common::{get_bool_array, get_i64_array};
 use crate::ir::{Attribute, FloatKind, NamedAttr, OpId, Type, ValueId};
@@ -41,11 +44,11 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 5;
+pub const REWRITE_VERSION: u32 = 6;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
-pub use onednn::ONEDNN_TARGET;
+pub use onednn::{pin_row_major_host_calls, ONEDNN_TARGET};
 
 /// Which convolutions the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +61,11 @@ pub struct HostConvPolicy {
     /// Send forward-form f32 convolutions to the plugin's oneDNN
     /// convolution ([`ONEDNN_TARGET`]) instead of the host kernel or XLA.
     pub onednn: bool,
+    /// With [`onednn`](Self::onednn): pin the oneDNN calls' activations
+    /// (input and result) to channels-last layouts, so that XLA lays out
+    /// the elementwise ops between consecutive calls channels-last too and
+    /// the thunk reorders nothing (docs/host_conv.md, rewrite version 6).
+    pub onednn_channels_last: bool,
 }
 
 impl Default for HostConvPolicy {
@@ -74,6 +82,7 @@ impl Default for HostConvPolicy {
             min_work: 1 << 12,
             xla_from_work: Some(1 << 27),
             onednn: false,
+            onednn_channels_last: false,
         }
     }
 }
@@ -84,12 +93,22 @@ impl HostConvPolicy {
         HostConvPolicy { onednn, ..self }
     }
 
+    /// This policy with the oneDNN calls' activations channels-last or in
+    /// their own layouts.
+    pub fn with_onednn_channels_last(self, channels_last: bool) -> Self {
+        HostConvPolicy {
+            onednn_channels_last: channels_last,
+            ..self
+        }
+    }
+
     /// Every eligible convolution, whatever its size.
     pub fn all() -> Self {
         HostConvPolicy {
             min_work: 0,
             xla_from_work: None,
             onednn: false,
+            onednn_channels_last: false,
         }
     }
 }
@@ -101,6 +120,8 @@ pub struct HostConvReport {
     pub rewritten: usize,
     /// Of those, the oneDNN calls.
     pub onednn: usize,
+    /// Of those, the calls with channels-last layouts pinned.
+    pub channels_last: usize,
     /// Convolutions seen.
     pub convolutions: usize,
 }
@@ -116,6 +137,14 @@ enum Conv {
 /// Rewrites every convolution `policy` admits (see module docs).
 pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvReport {
     let mut report = HostConvReport::default();
+    // Channels-last calls only in programs without backward convolutions:
+    // in a training step the weight gradients (XLA's convolutions and
+    // products) then read transposed activations, measured slower
+    // (ResNet-50's step 2.6 -> 3.7 s CPU, docs/host_conv.md).
+    let policy = &HostConvPolicy {
+        onednn_channels_last: policy.onednn_channels_last && !has_backward_convolutions(m),
+        ..*policy
+    };
     let mut plan: Vec<(OpId, Conv)> = Vec::new();
     for i in 0..m.ops.len() {
         let op = OpId(i as u32);
@@ -152,6 +181,7 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
         match c {
             Conv::Host(config) => apply(m, op, config, &names),
             Conv::OneDnn(call) => {
+                report.channels_last += usize::from(call.pins_layouts());
                 onednn::apply(m, op, call);
                 report.onednn += 1;
             }
@@ -161,6 +191,40 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
     }
     tracing::debug!(?report, "host convolution rewrite");
     report
+}
+
+/// Whether `m` has a convolution of the backward forms: batch groups, lhs
+/// dilation (a strided convolution's input gradient) or a window larger
+/// than the result in some spatial dimension (a weight gradient, whose
+/// window is the output gradient's map; also a forward convolution over a
+/// map smaller than its window, which then just keeps the plain layouts).
+fn has_backward_convolutions(m: &Module) -> bool {
+    (0..m.ops.len()).any(|i| {
+        let op = OpId(i as u32);
+        if m.op_name(op) != "stablehlo.convolution" || m.op(op).parent.is_none() {
+            return false;
+        }
+        let o = m.op(op);
+        let (Some((rd, _)), Some((od, _))) = (
+            o.operands.get(1).and_then(|&v| tensor_of(m, v)),
+            o.results.first().and_then(|&v| tensor_of(m, v)),
+        ) else {
+            return false;
+        };
+        let Some(Attribute::Opaque(text)) = m.op_attr(op, "dimension_numbers").map(|a| m.attr(a))
+        else {
+            return false;
+        };
+        let Some([_, r, y]) = read_conv_dims(text) else {
+            return false;
+        };
+        let nsp = r.len().saturating_sub(2);
+        let wider = (0..nsp)
+            .any(|i| matches!((rd.get(r[2 + i]), od.get(y[2 + i])), (Some(w), Some(o)) if w > o));
+        let lhs_dilated =
+            window_attr(m, op, "lhs_dilation", nsp, 1).is_some_and(|d| d.iter().any(|&x| x > 1));
+        wider || lhs_dilated || int_attr(m, op, "batch_group_count", 1).is_some_and(|b| b > 1)
+    })
 }
 
 /// Static dims and float kind (f32 or f64) of a ranked tensor value.
@@ -383,6 +447,7 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
             lhs_dilation: &lhs_dil,
             rhs_dilation: &rhs_dil,
             reversed: rev.iter().any(|&v| v != 0),
+            channels_last: policy.onednn_channels_last,
         };
         if let Some(call) = form.route() {
             return Some(Conv::OneDnn(call));

@@ -43,7 +43,15 @@ impl HostLowering {
         let conv = match level(Var::HostConv) {
             Level::Off => None,
             Level::All => Some(HostConvPolicy::all()),
-            Level::On => Some(HostConvPolicy::default().with_onednn(!is_off(Var::OneDnnConv))),
+            // `HLOBRIDGE_ONEDNN_CONV=plain`: the oneDNN route without
+            // channels-last activations (rewrite version 5's).
+            Level::On => Some(
+                HostConvPolicy::default()
+                    .with_onednn(!is_off(Var::OneDnnConv))
+                    .with_onednn_channels_last(
+                        hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("plain"),
+                    ),
+            ),
         };
         HostLowering { gemm, conv }
     }
@@ -57,7 +65,11 @@ impl HostLowering {
                 host_conv::REWRITE_VERSION,
                 p.min_work,
                 p.xla_from_work.unwrap_or(0),
-                if p.onednn { ":onednn" } else { "" }
+                match (p.onednn, p.onednn_channels_last) {
+                    (false, _) => "",
+                    (true, false) => ":onednn",
+                    (true, true) => ":onednn:nhwc",
+                }
             ),
             None => String::new(),
         };
@@ -138,6 +150,10 @@ pub fn lower_text_for_host_report(
     }
     if let Some(policy) = gemm {
         report.gemm = rewrite_host_gemm(&mut m, &policy);
+    }
+    if report.conv.channels_last > 0 {
+        // Channels-last oneDNN calls: keep the host kernels' buffers row-major.
+        host_conv::pin_row_major_host_calls(&mut m);
     }
     if report.gemm.rewritten == 0 && report.conv.rewritten == 0 {
         return None;

@@ -25,8 +25,10 @@
 //! - **forward form** (no lhs dilation, no window reversal, padding ≥ 0, a
 //!   window no larger than the result): forward convolutions and stride-1
 //!   input gradients, grouped ones too; depthwise ones (one input feature
-//!   per group) only from a 7×7 window (ConvNeXt): below that the host
-//!   kernel's vectorised depthwise loop measured faster;
+//!   per group) every window with channels-last calls (below), otherwise
+//!   only from a 7×7 window (ConvNeXt): below that the host kernel's
+//!   vectorised depthwise loop measured faster than oneDNN with its
+//!   reorders;
 //! - **weight gradients** (the same form with a window larger than the
 //!   result: the output gradient's whole map) only with at most 4 input
 //!   channels (the convolution's batch here) and window dilation (the
@@ -43,6 +45,16 @@
 //!   operand first and running oneDNN measured slower from 28² maps down.
 //!
 //! Everything else keeps the host kernel or XLA.
+//!
+//! **Channels-last calls** ([`Form::channels_last`], rewrite version 6):
+//! the thunk asks oneDNN for channels-last activations and reorders any
+//! other layout on every call (half of MobileNetV3-L's oneDNN time). So
+//! forward-form calls pin `operand_layouts` (input channels-last, kernel
+//! row-major) and `result_layouts` (channels-last); XLA then lays out the
+//! elementwise ops between consecutive calls channels-last as well. Host
+//! kernels read row-major buffers, so the lowering then pins row-major
+//! layouts on them ([`pin_row_major_host_calls`]): XLA leaves an unpinned
+//! custom call's layouts free and would hand them channels-last buffers.
 
 use crate::dialects::common::i64_array;
 use crate::ir::{Attribute, NamedAttr, OpId, Type};
@@ -54,6 +66,8 @@ pub const ONEDNN_TARGET: &str = "__onednn$convolution";
 
 /// Smallest depthwise window (taps) sent to oneDNN.
 const DEPTHWISE_MIN_TAPS: i64 = 49;
+/// The same with channels-last activations (no reorders around the call).
+const DEPTHWISE_MIN_TAPS_CHANNELS_LAST: i64 = 1;
 /// Most input channels of a weight gradient sent to oneDNN.
 const WEIGHT_GRAD_MAX_CHANNELS: i64 = 4;
 /// Largest window dilation (forward stride) of such a weight gradient.
@@ -86,21 +100,38 @@ pub(super) struct Form<'a> {
     pub lhs_dilation: &'a [i64],
     pub rhs_dilation: &'a [i64],
     pub reversed: bool,
+    /// Pin the activations to channels-last layouts (module docs).
+    pub channels_last: bool,
 }
+
+/// `operand_layouts` (input, kernel) and `result_layouts` of one call, as
+/// XLA's minor-to-major dimension lists.
+pub(super) type Layouts = [Vec<i64>; 3];
 
 /// How oneDNN runs one convolution.
 pub(super) enum Call {
-    /// The convolution becomes the call (its JSON backend config).
-    Direct(String),
+    /// The convolution becomes the call (its JSON backend config, and the
+    /// layouts it pins, if any).
+    Direct(String, Option<Layouts>),
     /// Spread 1×1 (module docs): the call, of result dims `inner`, then a
     /// pad with these edge and interior paddings (per result dimension).
     Spread {
         json: String,
+        layouts: Option<Layouts>,
         inner: Vec<i64>,
         low: Vec<i64>,
         high: Vec<i64>,
         interior: Vec<i64>,
     },
+}
+
+impl Call {
+    /// Whether the call pins layouts (channels-last activations).
+    pub fn pins_layouts(&self) -> bool {
+        match self {
+            Call::Direct(_, layouts) | Call::Spread { layouts, .. } => layouts.is_some(),
+        }
+    }
 }
 
 impl Form<'_> {
@@ -118,7 +149,7 @@ impl Form<'_> {
         let weight_grad = self.window.iter().zip(self.out_spatial).any(|(w, o)| w > o);
         if self.reversed
             || self.pad.iter().any(|&p| p < 0)
-            || (depthwise && taps < DEPTHWISE_MIN_TAPS)
+            || (depthwise && taps < self.depthwise_min_taps())
             || (weight_grad
                 && (self.groups != 1
                     || self.batch > WEIGHT_GRAD_MAX_CHANNELS
@@ -131,13 +162,38 @@ impl Form<'_> {
         }
         let lo: Vec<i64> = (0..nsp).map(|i| self.pad[2 * i]).collect();
         let hi: Vec<i64> = (0..nsp).map(|i| self.pad[2 * i + 1]).collect();
-        Some(Call::Direct(self.json(
-            self.window,
-            &lo,
-            &hi,
-            self.stride,
-            self.rhs_dilation,
-        )))
+        let json = self.json(self.window, &lo, &hi, self.stride, self.rhs_dilation);
+        Some(Call::Direct(
+            json,
+            (!weight_grad).then(|| self.layouts()).flatten(),
+        ))
+    }
+
+    /// Smallest depthwise window sent to oneDNN.
+    fn depthwise_min_taps(&self) -> i64 {
+        if self.channels_last {
+            DEPTHWISE_MIN_TAPS_CHANNELS_LAST
+        } else {
+            DEPTHWISE_MIN_TAPS
+        }
+    }
+
+    /// Channels-last layouts for the input and result, the kernel's own
+    /// (row-major) layout, if the policy pins them.
+    fn layouts(&self) -> Option<Layouts> {
+        if !self.channels_last {
+            return None;
+        }
+        // Minor to major: feature, the spatial dims from the last, batch.
+        let last = |d: &[usize]| -> Vec<i64> {
+            std::iter::once(d[1])
+                .chain(d[2..].iter().rev().copied())
+                .chain(std::iter::once(d[0]))
+                .map(|i| i as i64)
+                .collect()
+        };
+        let rank = self.rhs.len() as i64;
+        Some([last(self.lhs), (0..rank).rev().collect(), last(self.out)])
     }
 
     /// Spread 1×1: a 1×1 window, stride 1, lhs dilation (module docs).
@@ -161,6 +217,7 @@ impl Form<'_> {
         }
         Some(Call::Spread {
             json,
+            layouts: self.layouts(),
             inner,
             low,
             high,
@@ -209,10 +266,32 @@ impl Form<'_> {
     }
 }
 
-/// The custom call's properties for backend config `json`.
-fn call_props(m: &mut Module, json: &str) -> SmallVec<[NamedAttr; 4]> {
+/// `[dense<[...]> : tensor<Nxindex>, ...]`.
+fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {
+    let index = m.intern_type(Type::Index);
+    let items = layouts
+        .iter()
+        .map(|l| {
+            let ty = m.intern_type(Type::Tensor {
+                dims: SmallVec::from_slice(&[l.len() as i64]),
+                elem: index,
+                encoding: None,
+            });
+            let items: Vec<String> = l.iter().map(|x| x.to_string()).collect();
+            m.add_attr(Attribute::Dense {
+                body: format!("[{}]", items.join(", ")).into(),
+                ty,
+            })
+        })
+        .collect();
+    Attribute::Array(items)
+}
+
+/// The custom call's properties for backend config `json` and pinned
+/// `layouts`.
+fn call_props(m: &mut Module, json: &str, layouts: Option<&Layouts>) -> SmallVec<[NamedAttr; 6]> {
     let i32t = m.int_type(32);
-    let props = [
+    let mut props = vec![
         (
             "api_version",
             Attribute::Integer {
@@ -236,6 +315,13 @@ fn call_props(m: &mut Module, json: &str) -> SmallVec<[NamedAttr; 4]> {
             },
         ),
     ];
+    if let Some([lhs, rhs, out]) = layouts {
+        // MLIR's (alphabetical) property order.
+        let operands = layout_list(m, &[lhs.clone(), rhs.clone()]);
+        let results = layout_list(m, std::slice::from_ref(out));
+        props.push(("operand_layouts", operands));
+        props.push(("result_layouts", results));
+    }
     props
         .into_iter()
         .map(|(name, value)| NamedAttr {
@@ -258,8 +344,8 @@ fn drop_conv_attrs(m: &mut Module, op: OpId) {
 /// other attributes kept).
 pub(super) fn apply(m: &mut Module, op: OpId, call: Call) {
     match call {
-        Call::Direct(json) => {
-            let props = call_props(m, &json);
+        Call::Direct(json, layouts) => {
+            let props = call_props(m, &json, layouts.as_ref());
             let name = m.sym("stablehlo.custom_call");
             let o = m.op_mut(op);
             o.name = name;
@@ -268,17 +354,32 @@ pub(super) fn apply(m: &mut Module, op: OpId, call: Call) {
         }
         Call::Spread {
             json,
+            layouts,
             inner,
             low,
             high,
             interior,
-        } => spread(m, op, &json, &inner, [low, high, interior]),
+        } => spread(
+            m,
+            op,
+            &json,
+            layouts.as_ref(),
+            &inner,
+            [low, high, interior],
+        ),
     }
 }
 
 /// Spread 1×1: `%c = custom_call(lhs, rhs)`, a zero scalar, and `op`
 /// itself turned into `stablehlo.pad %c, %zero` with `[low, high, interior]`.
-fn spread(m: &mut Module, op: OpId, json: &str, inner: &[i64], pads: [Vec<i64>; 3]) {
+fn spread(
+    m: &mut Module,
+    op: OpId,
+    json: &str,
+    layouts: Option<&Layouts>,
+    inner: &[i64],
+    pads: [Vec<i64>; 3],
+) {
     let block = m.op(op).parent.expect("classified ops are placed");
     let loc = m.op(op).loc;
     let Type::Tensor { elem, .. } = m.ty(m.value_type(m.op(op).results[0])).clone() else {
@@ -306,7 +407,7 @@ fn spread(m: &mut Module, op: OpId, json: &str, inner: &[i64], pads: [Vec<i64>; 
     }]);
     let zero_v = m.add_result(zero, scalar, None);
     let call = m.add_op_named("stablehlo.custom_call");
-    let props = call_props(m, json);
+    let props = call_props(m, json, layouts);
     let operands = m.op(op).operands.clone();
     m.op_mut(call).operands = operands;
     m.op_mut(call).props = props.into_iter().collect();
@@ -341,4 +442,62 @@ fn spread(m: &mut Module, op: OpId, json: &str, inner: &[i64], pads: [Vec<i64>; 
     o.operands = SmallVec::from_slice(&[call_v, zero_v]);
     o.props = props;
     drop_conv_attrs(m, op);
+}
+
+/// Pins row-major layouts on every host-kernel call (`hlobridge_*`
+/// targets, which read their buffers row-major) that pins none; returns
+/// how many it pinned. Needed once channels-last oneDNN calls are in a
+/// program: XLA propagates their layouts through the elementwise ops around
+/// them and would otherwise hand a host kernel a channels-last buffer.
+pub fn pin_row_major_host_calls(m: &mut Module) -> usize {
+    let (Some(target), Some(pinned)) = (
+        m.strings.get("call_target_name"),
+        m.strings.get("operand_layouts"),
+    ) else {
+        return 0;
+    };
+    let mut todo = Vec::new();
+    for i in 0..m.ops.len() {
+        let op = OpId(i as u32);
+        if m.op_name(op) != "stablehlo.custom_call" || m.op(op).parent.is_none() {
+            continue;
+        }
+        let props = &m.op(op).props;
+        let host = props.iter().any(|a| {
+            a.name == target
+                && matches!(m.attr(a.value), Attribute::String { escaped, .. } if escaped.starts_with("hlobridge_"))
+        });
+        if host && !props.iter().any(|a| a.name == pinned) {
+            todo.push(op);
+        }
+    }
+    let rank = |m: &Module, v| match m.ty(m.value_type(v)) {
+        Type::Tensor { dims, .. } => Some(dims.len() as i64),
+        _ => None,
+    };
+    let mut count = 0;
+    for op in todo {
+        let o = m.op(op);
+        let ins: Option<Vec<i64>> = o.operands.iter().map(|&v| rank(m, v)).collect();
+        let outs: Option<Vec<i64>> = o.results.iter().map(|&v| rank(m, v)).collect();
+        let (Some(ins), Some(outs)) = (ins, outs) else {
+            continue;
+        };
+        let row_major = |r: &i64| (0..*r).rev().collect::<Vec<i64>>();
+        let operands = layout_list(m, &ins.iter().map(row_major).collect::<Vec<_>>());
+        let results = layout_list(m, &outs.iter().map(row_major).collect::<Vec<_>>());
+        for (name, value) in [("operand_layouts", operands), ("result_layouts", results)] {
+            let attr = NamedAttr {
+                name: m.sym(name),
+                value: m.add_attr(value),
+            };
+            m.op_mut(op).props.push(attr);
+        }
+        // MLIR's (alphabetical) property order.
+        let mut props = std::mem::take(&mut m.op_mut(op).props);
+        props.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
+        m.op_mut(op).props = props;
+        count += 1;
+    }
+    count
 }

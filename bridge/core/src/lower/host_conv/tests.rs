@@ -32,6 +32,7 @@ fn resnet_convolutions_become_host_conv_calls() {
         HostConvReport {
             rewritten: 3,
             onednn: 0,
+            channels_last: 0,
             convolutions: 3
         }
     );
@@ -270,6 +271,7 @@ fn large_ungrouped_convolutions_stay_with_xla_and_depthwise_ones_do_not() {
         HostConvReport {
             rewritten: 1,
             onednn: 0,
+            channels_last: 0,
             convolutions: 2
         }
     );
@@ -297,6 +299,7 @@ fn onednn_takes_the_forward_convolution_of_the_block() {
         HostConvReport {
             rewritten: 3,
             onednn: 1,
+            channels_last: 0,
             convolutions: 3
         }
     );
@@ -328,6 +331,7 @@ fn onednn_takes_stem_weight_gradients_and_spreads_strided_1x1_input_gradients() 
         HostConvReport {
             rewritten: 2,
             onednn: 2,
+            channels_last: 0,
             convolutions: 2
         }
     );
@@ -460,4 +464,85 @@ fn large_map_1x1_weight_gradients_become_batched_products() {
         !out.contains("dot_general"),
         "without the oneDNN route: {out} {r:?}"
     );
+}
+
+/// With channels-last activations (rewrite version 6): forward calls pin
+/// their input and result channels-last and the kernel row-major, and the
+/// host-kernel calls left can then be pinned row-major; a program with
+/// backward convolutions (a training step) pins nothing; depthwise 3×3
+/// forward convolutions are taken too.
+#[test]
+fn onednn_channels_last_pins_activation_layouts() {
+    let policy = HostConvPolicy::default()
+        .with_onednn(true)
+        .with_onednn_channels_last(true);
+    let run = |text: &str| {
+        let mut m = parse_module(text).expect("parse");
+        let r = rewrite_host_conv(&mut m, &policy);
+        let out = print_module(&m, &PrintOptions::default());
+        parse_module(&out).expect("rewritten module parses back");
+        (out, r)
+    };
+    let nhwc = "operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>], result_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>]";
+    // A forward f32 convolution (oneDNN) next to an f64 one (host kernel).
+    let forward = r#"func.func public @main(%x: tensor<16x64x8x8xf32>, %w: tensor<128x64x3x3xf32>, %a: tensor<2x16x8x8xf64>, %b: tensor<16x16x3x3xf64>) -> (tensor<16x128x4x4xf32>, tensor<2x16x8x8xf64>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [2, 2], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x64x8x8xf32>, tensor<128x64x3x3xf32>) -> tensor<16x128x4x4xf32>
+  %1 = stablehlo.convolution(%a, %b) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x16x8x8xf64>, tensor<16x16x3x3xf64>) -> tensor<2x16x8x8xf64>
+  return %0, %1 : tensor<16x128x4x4xf32>, tensor<2x16x8x8xf64>
+}"#;
+    let (out, r) = run(forward);
+    assert_eq!((r.rewritten, r.onednn, r.channels_last), (2, 1, 1), "{out}");
+    assert_eq!(out.matches(nhwc).count(), 1, "{out}");
+    let mut m = parse_module(&out).expect("parse");
+    assert_eq!(pin_row_major_host_calls(&mut m), 1);
+    assert_eq!(pin_row_major_host_calls(&mut m), 0, "pinned once");
+    let pinned = print_module(&m, &PrintOptions::default());
+    parse_module(&pinned).expect("pinned module parses back");
+    let row_major = "operand_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>], result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>]";
+    assert_eq!(pinned.matches(row_major).count(), 1, "{pinned}");
+    assert_eq!(pinned.matches(nhwc).count(), 1, "{pinned}");
+    // Training-step programs (weight gradients, lhs dilation) pin nothing.
+    for text in [RESNET, STEM_AND_SPREAD] {
+        let (out, r) = run(text);
+        assert!(r.onednn > 0 && r.channels_last == 0, "{out}");
+        assert!(!out.contains("operand_layouts"), "{out}");
+    }
+    // Channels-last for other dimension orders: NHWC data, 1-D.
+    let nhwc_data = one(
+        "tensor<2x8x8x16xf32>",
+        "tensor<3x3x16x32xf32>",
+        "tensor<2x8x8x32xf32>",
+        "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]",
+        "stride = [1, 1], pad = [[1, 1], [1, 1]]",
+        "",
+    );
+    let (out, _) = run(&nhwc_data);
+    assert!(
+        out.contains("operand_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>], result_layouts = [dense<[3, 2, 1, 0]> : tensor<4xindex>]"),
+        "{out}"
+    );
+    let conv1d = one(
+        "tensor<2x16x32xf32>",
+        "tensor<8x16x3xf32>",
+        "tensor<2x8x32xf32>",
+        "[b, f, 0]x[o, i, 0]->[b, f, 0]",
+        "stride = [1], pad = [[1, 1]]",
+        "",
+    );
+    let (out, _) = run(&conv1d);
+    assert!(
+        out.contains("operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[2, 1, 0]> : tensor<3xindex>], result_layouts = [dense<[1, 2, 0]> : tensor<3xindex>]"),
+        "{out}"
+    );
+    let dw3 = one(
+        "tensor<2x32x16x16xf32>",
+        "tensor<32x1x3x3xf32>",
+        "tensor<2x32x8x8xf32>",
+        "[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]",
+        "stride = [2, 2], pad = [[1, 1], [1, 1]]",
+        "feature_group_count = 32 : i64",
+    );
+    let (out, r) = run(&dw3);
+    assert_eq!(r.onednn, 1, "{out}");
+    assert!(out.contains(nhwc), "{out}");
 }
