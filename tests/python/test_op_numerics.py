@@ -565,3 +565,20 @@ def test_float64_op_is_float64_accurate(name: str) -> None:
             got, got_g = out.detach(), grad
     assert float((got - want).abs().max()) <= 1e-12 * float(want.abs().max())
     assert float((got_g - want_g).abs().max()) <= 1e-12 * float(want_g.abs().max())
+
+
+# Found by the float16 sweep (#27): torch_xla summed |x|^p in the 16-bit type.
+HALF_NORMS: dict[str, Case] = {
+    "dist_f16_p4": (lambda a, b: torch.dist(a, b, 4),
+                    lambda g: ((_r(g, 5, 5, 5) * 9).half(), (_r(g, 5, 5, 5) * 9).half()), True),
+    "vector_norm_f16_p3": (lambda x: torch.linalg.vector_norm(x, 3, dim=-1),
+                           lambda g: ((_r(g, 4, 5, 64) * 12).half(),), True),
+    "dist_bf16": (torch.dist, lambda g: (_r(g, 6, 40).bfloat16(), _r(g, 6, 40).bfloat16()), True),
+}
+
+
+@pytest.mark.parametrize("name", list(HALF_NORMS))
+def test_half_norm_accumulates_in_float32(name: str) -> None:
+    fn, build, grad = HALF_NORMS[name]
+    g = torch.Generator().manual_seed(sum(map(ord, name)) + 6)
+    _check(fn, build(g), grad)

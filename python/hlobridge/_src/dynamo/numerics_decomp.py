@@ -98,6 +98,10 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
     float32-accurate (relative error 1e-8 to 3e-8; torch_xla's lowerings
     have float32 constants). Here: torch's formulas with float64 constants.
 
+``linalg_vector_norm`` and ``dist`` of float16/bfloat16
+    summed ``|x|^p`` in the 16-bit type (``dist(a, b, 4)`` overflowed to
+    inf). Here: in float32, as torch.
+
 ``convolution_backward``'s bias gradient in bfloat16/float16
     summed in the 16-bit type (0.19 relative off). Here: in float32.
 
@@ -535,11 +539,25 @@ def _vector_norm_complex(x: torch.Tensor, ord: Any = 2, dim: Any = None,
                          keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
     """``linalg_vector_norm`` of a complex tensor (``linalg.norm``,
     ``norm``, ``renorm``, ``pairwise_distance``, ...: torch_xla refused
-    it): the norm of ``|x|`` (:func:`_abs_complex`), torch's definition."""
+    it): the norm of ``|x|`` (:func:`_abs_complex`), torch's definition.
+    float16/bfloat16 without ``dtype``: accumulated in float32, as torch
+    does (torch_xla summed ``|x|^p`` in the 16-bit type: ``dist(a, b, 4)``
+    of a (5, 5, 5) float16 pair overflowed to inf where eager is finite)."""
+    if x.dtype in _HALF and dtype is None:
+        op = _aten.linalg_vector_norm.default
+        return op(x.float(), ord, dim, keepdim).to(x.dtype)
     if not x.is_complex():
         return NotImplemented
     real = None if dtype is None else _REAL_OF.get(dtype, dtype)
     return _aten.linalg_vector_norm.default(_abs_complex(x), ord, dim, keepdim, dtype=real)
+
+
+def _dist_half(a: torch.Tensor, b: torch.Tensor, p: Any = 2) -> Any:
+    """``dist`` of float16/bfloat16: the norm of the difference in float32
+    (:func:`_vector_norm_complex`; torch_xla overflowed)."""
+    if a.dtype not in _HALF and (not isinstance(b, torch.Tensor) or b.dtype not in _HALF):
+        return NotImplemented
+    return _vector_norm_complex(a - b, p)
 
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64,
@@ -592,6 +610,10 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
     """``log10``, ``log2``, ``gelu`` in float64
     float32-accurate (relative error 1e-8 to 3e-8; torch_xla's lowerings
     have float32 constants). Here: torch's formulas with float64 constants.
+
+``linalg_vector_norm`` and ``dist`` of float16/bfloat16
+    summed ``|x|^p`` in the 16-bit type (``dist(a, b, 4)`` overflowed to
+    inf). Here: in float32, as torch.
 
 ``convolution_backward``'s bias gradient in bfloat16/float16: torch
     sums in float32; torch_xla summed in the 16-bit type (a transposed 3-D
@@ -721,6 +743,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.logdet.default: _logdet_empty,
         a.abs.default: _abs_complex,
         a.linalg_vector_norm.default: _vector_norm_complex,
+        a.dist.default: _dist_half,
         a.repeat.default: _repeat_empty,
         a.heaviside.default: _heaviside,
         a.isnan.default: _isnan_exact,
