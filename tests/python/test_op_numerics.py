@@ -582,3 +582,12 @@ def test_half_norm_accumulates_in_float32(name: str) -> None:
     fn, build, grad = HALF_NORMS[name]
     g = torch.Generator().manual_seed(sum(map(ord, name)) + 6)
     _check(fn, build(g), grad)
+
+
+def test_addbmm_int32_keeps_int32() -> None:
+    """``addbmm`` of int32 (jax_lowerings' ``bmm(...).sum(0)``) came back
+    int64: an integer ``sum`` promotes; eager keeps int32."""
+    g = torch.Generator().manual_seed(27)
+    args = (_i(g, 9, 5, 6).to(torch.int32), _i(g, 9, 3, 5, 4).to(torch.int32),
+            _i(g, 9, 3, 4, 6).to(torch.int32))
+    _check(lambda m, a, b: torch.addbmm(m, a, b, beta=2, alpha=3), args, False)

@@ -87,7 +87,7 @@ def _addbmm(self: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor, *, beta: Any
             alpha: Any = 1) -> torch.Tensor:
     """``beta * self + alpha * sum_b(b1[b] @ b2[b])``; ``beta == 0``
     ignores ``self`` (NaN included), as eager."""
-    prod = torch.bmm(b1, b2).sum(0)
+    prod = torch.bmm(b1, b2).sum(0, dtype=b1.dtype)  # int32 stays int32, as eager
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:
