@@ -15,9 +15,10 @@ check (``model_zoo/accuracy.py``'s ``check_statistical``, PyTorch's
 ``same`` with ``fp64_ref``) one precision down: eager float32 (the same
 model without autocast) is the reference, eager bf16 stands alongside.
 Every element within torch's bf16 default (rtol=1.6e-2, atol=1e-5) of
-float32, or an RMS error from float32 within 3x (8x up to 500 elements,
-10x up to 10) eager bf16's own plus 5% of the change (for a gradient: of
-the gradient), and the change in float32's direction. Elementwise
+float32, or an RMS error from float32 within 5x (:data:`BF16_MULTIPLIER`;
+8x up to 500 elements, 10x up to 10) eager bf16's own plus 5% of the
+change (for a gradient: of the gradient), and the change in float32's
+direction. Elementwise
 distances between two bf16 computations are not compared: one rounding
 flip makes them a coin toss across seeds and CPUs.
 
@@ -28,10 +29,13 @@ rounding more often, flips a few. The former rule (3x eager bf16's RMS
 error plus 1% of float32's RMS) failed ``linear1.weight``'s gradient for
 seed 2392542505 on this AMD EPYC with and without AVX2 emulation
 (hlobridge 2.07e-4 from float32, eager bf16 2.28e-5, bound 1.15e-4; now
-0.68 of the bound), and over 7 seeds under AVX2 emulation reached
-0.56-1.8 of its bound. A real defect still fails: hlobridge's gradients
-scaled by 1.1, or its learning rate by 1.1 (0.055 for 0.05), fail every
-one of these tests on that seed. The compiled loss must also differ from
+0.59 of the bound), and over 7 seeds under AVX2 emulation reached
+0.23-1.8 of its bound. Now the worst of 14 seeds (base and
+``XLA_FLAGS=--xla_cpu_max_isa=AVX2 ATEN_CPU_CAPABILITY=avx2
+ONEDNN_MAX_CPU_ISA=AVX2 MKL_CBWR=AVX2``: the same figures) is 0.59. A
+real defect still fails: hlobridge's gradients scaled by 1.1, or its
+learning rate by 1.1 (0.055 for 0.05), fail every one of these tests on
+seeds 2392542505 and 28757. The compiled loss must also differ from
 float32's by more than float32 rounding: the program really computed in
 bf16.
 
@@ -56,6 +60,13 @@ LOSS_TOL = dict(rtol=2e-2, atol=1e-2)
 BF16_TOL = dict(rtol=1.6e-2, atol=1e-5)
 """torch.testing's default bfloat16 tolerance: the elementwise pass of the
 statistical check (its ``atol / 10`` adds 1e-6 to the RMS bound)."""
+BF16_MULTIPLIER = 5.0
+"""The least RMS multiplier (``check_statistical``'s is 3 for tensors over
+500 elements): hlobridge's bf16 error from float32 is 1.3-3.5x eager
+bf16's by itself (XLA rounds after every elementwise op, eager's bf16
+kernels often once), e.g. the transformer's ``linear1.weight`` gradient
+8.7e-4 against eager bf16's 2.5e-4 (seed 28757), which 3x would leave to
+the flip share alone (0.83 of that bound)."""
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +88,7 @@ def near(got: torch.Tensor, want: torch.Tensor, f32: torch.Tensor, what: str,
     a bf16 ulp of its neighbours' scale, and a ReLU mask flipped by bf16
     rounding moves a whole row."""
     check_statistical(got, want, f32, BF16_TOL, f"seed={SEED} {what}", start,
-                      names=("eager float32", "eager bf16"))
+                      names=("eager float32", "eager bf16"), min_multiplier=BF16_MULTIPLIER)
 
 
 class MLP(torch.nn.Module):
