@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import jax
 import torch
