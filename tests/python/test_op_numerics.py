@@ -591,3 +591,5 @@ def test_addbmm_int32_keeps_int32() -> None:
     args = (_i(g, 9, 5, 6).to(torch.int32), _i(g, 9, 3, 5, 4).to(torch.int32),
             _i(g, 9, 3, 4, 6).to(torch.int32))
     _check(lambda m, a, b: torch.addbmm(m, a, b, beta=2, alpha=3), args, False)
+    # float scalars: eager truncates them to the integer type
+    _check(lambda m, a, b: torch.addbmm(m, a, b, beta=1.7, alpha=2.9), args, False)

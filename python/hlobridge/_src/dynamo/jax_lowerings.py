@@ -87,6 +87,8 @@ def _addbmm(self: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor, *, beta: Any
             alpha: Any = 1) -> torch.Tensor:
     """``beta * self + alpha * sum_b(b1[b] @ b2[b])``; ``beta == 0``
     ignores ``self`` (NaN included), as eager."""
+    if not (b1.is_floating_point() or b1.is_complex()):  # eager casts the scalars
+        beta, alpha = int(beta), int(alpha)
     prod = torch.bmm(b1, b2).sum(0, dtype=b1.dtype)  # int32 stays int32, as eager
     if alpha != 1:
         prod = prod * alpha
