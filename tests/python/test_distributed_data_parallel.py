@@ -5,7 +5,7 @@ different data on each rank, 3 training steps per case) check:
 
 - ``hb.compile_train_step`` on a ``DistributedDataParallel`` model and with
   ``process_group=`` (a non-default group; ranks starting from different
-  weights), SGD with momentum and Adam: parameters and losses equal DDP
+  weights), SGD with momentum and Adam (eps=1e-3, see the worker): parameters and losses equal DDP
   eager within 1e-6 (measured 3e-8 to 2.5e-7), the ranks bit-identical; the
   step is two programs with the all-reduces between them; BatchNorm buffers
   follow DDP's ``broadcast_buffers``; a tiny ``bucket_cap_mb`` gives one
