@@ -632,12 +632,13 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
 
 
 _INT_TO_FLOAT = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                 "acosh", "atanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
-                 "sqrt", "rsqrt", "erf", "erfc", "erfinv", "sigmoid", "lgamma", "digamma",
-                 "reciprocal", "i0", "sinc", "special_i0e", "special_i1", "special_i1e",
-                 "special_ndtr", "special_ndtri", "special_log_ndtr", "special_erfcx")
+                 "acosh", "atanh", "exp", "expm1", "log", "log2", "log10", "log1p",
+                 "sqrt", "rsqrt", "erf", "erfc", "erfinv", "sigmoid", "reciprocal", "sinc",
+                 "special_ndtr")
 """Unary ops that torch computes in the default float dtype for integer and
-bool inputs."""
+bool inputs. ``exp2``, ``lgamma``, ``digamma``, ``i0`` and the
+``special_i0e/i1/i1e/ndtri/log_ndtr/erfcx`` ops are lowered by
+``jax_lowerings.py``, which promotes integer inputs itself."""
 
 
 def _int_to_float(op: Any) -> Callable[..., Any]:
