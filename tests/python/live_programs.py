@@ -104,7 +104,7 @@ def ensure_generated(out_dir: Path = DEFAULT_OUT, force: bool = False, seed: int
     if seed is None:
         seed = int(os.environ.get("HLOBRIDGE_LIVE_SEED", random.SystemRandom().randrange(1 << 30)))
     t0 = time.time()
-    procs, results, errors = {}, [], {}
+    results, errors = [], {}
     pending = list(WORKERS)
     running: dict[str, tuple[subprocess.Popen, float]] = {}
     while pending or running:

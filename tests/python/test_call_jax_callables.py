@@ -25,14 +25,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import pytest
 import torch
 
 import hlobridge as hb
 from hlobridge._src import custom_op
-from jax_compare import SEED, close, fresh, jax_ref  # noqa: F401 (fresh: autouse fixture)
+from jax_compare import close, fresh, jax_ref  # noqa: F401 (fresh: autouse fixture)
 
 
 def compiled(fn: Callable[..., Any]) -> Callable[..., Any]:

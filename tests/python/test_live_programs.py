@@ -10,8 +10,6 @@ Run:  .venv/bin/python -m pytest -W error tests/python/test_live_programs.py -q
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import harness
