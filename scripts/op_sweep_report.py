@@ -4,6 +4,7 @@ kept) from the sweep's sample rows, ours and inductor's."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -98,7 +99,7 @@ def _failures(rows: list[dict[str, Any]], status: str, entries: dict[expect.Key,
     out = ["| op | dtype | dir | sample | listed as | detail |", "| --- | --- | --- | --- | --- | --- |"]
     for r in sorted(sel, key=lambda r: (_name(r), r["dtype"], r["dir"], r["sample"]))[:limit]:
         e = entries.get(expect.row_key(r))
-        d = " ".join(r.get("detail", "").split()).replace("|", "/")[:150]
+        d = normalize(r.get("detail", "")).replace("|", "/")[:150]
         out.append(f"| `{_name(r)}` | {r['dtype']} | {r['dir']} | {r['sample']} | "
                    f"{e.cls if e else '-'} | {d} |")
     if len(sel) > limit:
@@ -106,11 +107,26 @@ def _failures(rows: list[dict[str, Any]], status: str, entries: dict[expect.Key,
     return out + [""]
 
 
+_ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
+_HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
+_PATH = re.compile(r"(?:/[^\s\"'/:,<>()]+)+/([^\s\"'/:,<>()]+)")
+
+
+def normalize(msg: str) -> str:
+    """A message with what varies between processes taken out, so that one
+    cause groups as one row: object addresses (``<code object f at 0x7f..>``)
+    dropped, other long hex numbers shown as ``0x?``, and absolute paths cut
+    to their file name (``.../contextlib.py``)."""
+    m = _ADDR.sub("", " ".join(msg.split()))
+    m = _HEX.sub("0x?", m)
+    return _PATH.sub(r".../\1", m)
+
+
 def _grouped(rows: list[dict[str, Any]], status: str, limit: int = 40) -> list[str]:
     msgs: dict[str, set[str]] = {}
     for r in rows:
         if r["status"] == status:
-            m = " ".join(r.get("detail", "").split())[:110].replace("|", "/")
+            m = normalize(r.get("detail", ""))[:110].replace("|", "/")
             msgs.setdefault(m, set()).add(_name(r))
     if not msgs:
         return ["None.", ""]

@@ -593,3 +593,19 @@ def test_addbmm_int32_keeps_int32() -> None:
     _check(lambda m, a, b: torch.addbmm(m, a, b, beta=2, alpha=3), args, False)
     # float scalars: eager truncates them to the integer type
     _check(lambda m, a, b: torch.addbmm(m, a, b, beta=1.7, alpha=2.9), args, False)
+
+
+def test_sweep_report_groups_one_cause_as_one_row() -> None:
+    """The report's by-message tables group on the message with process
+    addresses and absolute paths taken out: a graph break inside
+    ``contextlib``'s ``__enter__`` was one row per worker process."""
+    _harness()
+    report = importlib.import_module("op_sweep_report")
+    msgs = [f'Unsupported: SKIPPED INLINING <code object __enter__ at 0x7f{a}, file '
+            f'"/root/.pyenv/versions/3.11.7/lib/python3.11/contextlib.py", line 132>: '
+            for a in ("c0c15363d0", "3595ffa2a0")]
+    rows = [{"op": op, "variant": "", "status": "dynamo", "detail": m}
+            for op, m in zip(("item", "svd_lowrank"), msgs)]
+    table = report._grouped(rows, "dynamo")
+    assert len([x for x in table if x.startswith("| 2 |")]) == 1, table
+    assert "0x7f" not in "".join(table) and "/root/" not in "".join(table)
