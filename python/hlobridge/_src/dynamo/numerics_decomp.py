@@ -283,6 +283,11 @@ def _linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool =
     empty = linalg_numerics.empty_svd(a, full_matrices, compute_uv, driver=driver)
     if empty is not None:
         return empty
+    if compute_uv and a.dtype in (torch.float64, torch.complex128) and not _declines(op):
+        def full(x: torch.Tensor) -> Any:  # XLA's vectors: float32-accurate
+            with _inner(op):
+                return op(x, True, True, driver=driver)
+        return linalg_numerics.svd_refined(a, full_matrices, full)
     m, n = a.shape[-2], a.shape[-1]
     reduce = compute_uv and not full_matrices and m != n
     if (a.dim() <= 2 and not reduce) or _declines(op):
