@@ -609,3 +609,26 @@ def test_sweep_report_groups_one_cause_as_one_row() -> None:
     table = report._grouped(rows, "dynamo")
     assert len([x for x in table if x.startswith("| 2 |")]) == 1, table
     assert "0x7f" not in "".join(table) and "/root/" not in "".join(table)
+
+
+def _complex(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.complex(_r(g, *shape), _r(g, *shape))
+
+
+# Found by the complex64 sweep (#27).
+COMPLEX_CASES: dict[str, Case] = {
+    # torch's decomposition's complex(nan, nan) constant: "name 'nanj' is not defined"
+    "logaddexp": (torch.logaddexp, lambda g: (_complex(g, 4, 7), _complex(g, 7)), True),
+    "logaddexp_nan": (torch.logaddexp, lambda g: (
+        torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j]), _complex(g, 3)), False),
+    # torch_xla failed to lower isnan of c64
+    "isnan": (torch.isnan, lambda g: (
+        torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j, complex(_INF, 1)]),), False),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPLEX_CASES))
+def test_complex_op_matches_eager(name: str) -> None:
+    fn, build, grad = COMPLEX_CASES[name]
+    g = torch.Generator().manual_seed(sum(map(ord, name)) + 7)
+    _check(fn, build(g), grad)

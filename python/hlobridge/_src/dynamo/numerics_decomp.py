@@ -105,6 +105,11 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
 ``convolution_backward``'s bias gradient in bfloat16/float16
     summed in the 16-bit type (0.19 relative off). Here: in float32.
 
+``logaddexp`` of complex tensors
+    torch's decomposition's ``complex(nan, nan)`` constant made the
+    generated graph code fail (``name 'nanj' is not defined``). Here: the
+    NaN from a real tensor.
+
 ``floor_divide``, ``div(rounding_mode=...)``, ``remainder`` of bfloat16/float16
     torch computes in float32; torch_xla divided in the 16-bit type
     (``-5.28 // 1.05``: -5 instead of -6). Here: in float32.
@@ -583,8 +588,11 @@ def _heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
 
 def _isnan_exact(x: torch.Tensor) -> Any:
     """``isnan`` of integer/bool tensors (all False; torch_xla failed to
-    lower it for bool)."""
-    if x.is_floating_point() or x.is_complex():
+    lower it for bool) and of complex ones (either part NaN; torch_xla
+    failed to lower it: ``aten::isnan, xla_shape=pred[]``)."""
+    if x.is_complex():
+        return torch.isnan(torch.real(x)) | torch.isnan(torch.imag(x))
+    if x.is_floating_point():
         return NotImplemented
     return torch.zeros(x.shape, dtype=torch.bool)
 
@@ -608,19 +616,31 @@ def _div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
     return _aten.div.Tensor(x, torch.scalar_tensor(other, dtype=x.dtype))
 
 
+def _logaddexp_complex(a: torch.Tensor, b: torch.Tensor) -> Any:
+    """``logaddexp`` of complex tensors: torch's decomposition puts the
+    Python constant ``complex(nan, nan)`` in the graph, whose generated
+    code reads ``(nan+nanj)`` and fails (``NameError: name 'nanj' is not
+    defined``). Here: the same formula, the NaN made from a real tensor."""
+    if not (a.is_complex() or b.is_complex()):
+        return NotImplemented
+    dt = torch.result_type(a, b)
+    a, b = a.to(dt), b.to(dt)
+    mask = torch.real(a) >= torch.real(b)
+    max_, min_ = torch.where(mask, a, b), torch.where(mask, b, a)
+    inf_mask = torch.logical_and(torch.logical_not(torch.isfinite(torch.real(a))),
+                                 torch.real(a) == torch.real(b))
+    inf_vals = torch.where(torch.real(min_) < 0, min_,
+                           torch.log(torch.exp(min_) + torch.exp(max_)))
+    vals = torch.where(inf_mask, inf_vals, max_ + torch.log1p(torch.exp(min_ - max_)))
+    nan = torch.full_like(torch.real(min_), float("nan"))
+    return torch.where(torch.isnan(min_), torch.complex(nan, nan), vals)
+
+
 def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                              bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                              transposed: bool, output_padding: Any, groups: int,
                              output_mask: Any) -> Any:
-    """``log10``, ``log2``, ``gelu`` in float64
-    float32-accurate (relative error 1e-8 to 3e-8; torch_xla's lowerings
-    have float32 constants). Here: torch's formulas with float64 constants.
-
-``linalg_vector_norm`` and ``dist`` of float16/bfloat16
-    summed ``|x|^p`` in the 16-bit type (``dist(a, b, 4)`` overflowed to
-    inf). Here: in float32, as torch.
-
-``convolution_backward``'s bias gradient in bfloat16/float16: torch
+    """``convolution_backward``'s bias gradient in bfloat16/float16: torch
     sums in float32; torch_xla summed in the 16-bit type (a transposed 3-D
     convolution's bias gradient was 0.19 off relative, eager 0.002). Here:
     the sum in float32, the rest from the op with the bias left out."""
@@ -756,6 +776,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.atan2.default: _atan2_promoted,
         a.div.Scalar: _div_scalar_complex,
         a.convolution_backward.default: _conv_backward_half_bias,
+        a.logaddexp.default: _logaddexp_complex,
         a.floor_divide.default: _in_float32(a.floor_divide.default),
         a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
         a.div.Scalar_mode: _in_float32(a.div.Scalar_mode),
