@@ -621,6 +621,12 @@ COMPLEX_CASES: dict[str, Case] = {
     "logaddexp": (torch.logaddexp, lambda g: (_complex(g, 4, 7), _complex(g, 7)), True),
     "logaddexp_nan": (torch.logaddexp, lambda g: (
         torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j]), _complex(g, 3)), False),
+    # torch_xla's sign of a complex determinant was 1 (error 2), logdet lost the phase
+    "slogdet": (torch.linalg.slogdet, lambda g: (_complex(g, 3, 5, 5),), False),
+    "slogdet_1x1": (torch.linalg.slogdet, lambda g: (_complex(g, 1, 1),), False),
+    "slogdet_singular": (torch.linalg.slogdet, lambda g: (
+        _complex(g, 4, 1) * _complex(g, 1, 4),), False),
+    "logdet": (torch.logdet, lambda g: (_complex(g, 2, 6, 6),), False),
     # torch_xla failed to lower isnan of c64
     "isnan": (torch.isnan, lambda g: (
         torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j, complex(_INF, 1)]),), False),

@@ -110,6 +110,11 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
     generated graph code fail (``name 'nanj' is not defined``). Here: the
     NaN from a real tensor.
 
+``soft_margin_loss_backward``
+    torch's decomposition computes ``t g (sigmoid(t x) - 1)``, which cancels
+    where ``t x`` is large (float64: a gradient of 6.4e-16 came back
+    1.1e-15, 0.75 relative off). Here: eager's ``-t g sigmoid(-t x)``.
+
 ``floor_divide``, ``div(rounding_mode=...)``, ``remainder`` of bfloat16/float16
     torch computes in float32; torch_xla divided in the 16-bit type
     (``-5.28 // 1.05``: -5 instead of -6). Here: in float32.
@@ -501,20 +506,75 @@ def _div_complex(a: Any, b: Any) -> Any:
     return q + torch.zeros((), dtype=q.dtype)
 
 
-def _none_declines(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``f``, whose ``None`` means the op as is (``NotImplemented``)."""
-    def decomp(*args: Any, **kwargs: Any) -> Any:
-        out = f(*args, **kwargs)
-        return NotImplemented if out is None else out
-
-    return decomp
-
-
 def _logdet_empty(a: torch.Tensor) -> Any:
-    """``logdet`` of ``0 x 0`` matrices: 0 (torch_xla failed to lower it)."""
+    """``logdet`` of ``0 x 0`` matrices: 0 (torch_xla failed to lower it);
+    of complex matrices ``log(sign) + logabsdet`` as torch (torch_xla's
+    dropped the phase: its ``slogdet`` sign, :func:`_slogdet`)."""
     if a.shape[-1] != 0:
-        return NotImplemented
+        if not a.is_complex():
+            return NotImplemented
+        sign, logabsdet = torch.linalg.slogdet(a)
+        return torch.log(sign) + logabsdet
     return a.new_zeros(a.shape[:-2])
+
+
+COMPLEX_SIGN_MAX_N = 128
+"""The largest complex matrix whose ``slogdet`` sign is computed in the
+program (the elimination is unrolled: one step per column)."""
+
+
+def _complex_det_sign(a: torch.Tensor) -> torch.Tensor:
+    """``det / |det|`` of each complex matrix of ``a``: Gaussian
+    elimination with partial pivoting unrolled over the columns, the
+    product of the pivots' phases and ``-1`` per row exchange; 0 for a
+    singular matrix (an exactly zero pivot), as torch's sign."""
+    batch, n = a.shape[:-2], a.shape[-1]
+    sign = torch.ones(batch, dtype=a.dtype)
+    s = a
+    for k in range(n):
+        m = n - k
+        p = torch.argmax(s[..., :, 0].abs(), -1, keepdim=True)
+        pivot_row = torch.gather(s, -2, p.unsqueeze(-1).expand(*batch, 1, m))
+        piv = pivot_row[..., 0, 0]
+        mag = piv.abs()
+        zero = mag == 0
+        safe = torch.where(zero, torch.ones_like(piv), piv)
+        unit = safe / torch.where(zero, torch.ones_like(mag), mag)
+        unit = torch.where(zero, torch.zeros_like(unit), unit)
+        swap = 1 - 2 * (p[..., 0] != 0).to(mag.dtype)
+        sign = sign * unit * swap
+        if m == 1:
+            break
+        rows = torch.arange(1, m).reshape(*([1] * len(batch)), m - 1)
+        moved = (rows == p).unsqueeze(-1)  # row p takes row 0's place
+        rest = torch.where(moved, s[..., :1, :], s[..., 1:, :])
+        l_col = rest[..., :, 0] / safe.unsqueeze(-1)
+        s = rest[..., :, 1:] - l_col.unsqueeze(-1) * pivot_row[..., :, 1:]
+    return sign
+
+
+def _slogdet(a: torch.Tensor) -> Any:
+    """``_linalg_slogdet``: of ``0 x 0`` matrices
+    :func:`linalg_numerics.empty_slogdet`; of complex ones torch_xla's
+    ``logabsdet`` (right) with the sign from :func:`_complex_det_sign`
+    (torch_xla's was ``1``: a real sign, error 2 relative). Above
+    :data:`COMPLEX_SIGN_MAX_N` the sign is ``det / |det|`` through
+    ``_linalg_det``, which torch_xla does not lower: a named error where
+    the sign is used."""
+    op = _aten._linalg_slogdet.default
+    empty = linalg_numerics.empty_slogdet(a)
+    if empty is not None:
+        return empty
+    if not a.is_complex() or _declines(op):
+        return NotImplemented
+    with _inner(op):
+        _, logabsdet, lu, pivots = op(a)
+    if a.shape[-1] > COMPLEX_SIGN_MAX_N:
+        det = _aten._linalg_det.default(a)[0]
+        sign = det / det.abs()
+    else:
+        sign = _complex_det_sign(a)
+    return sign, logabsdet, lu, pivots
 
 
 def _repeat_empty(x: torch.Tensor, repeats: Any) -> Any:
@@ -634,6 +694,19 @@ def _logaddexp_complex(a: torch.Tensor, b: torch.Tensor) -> Any:
     vals = torch.where(inf_mask, inf_vals, max_ + torch.log1p(torch.exp(min_ - max_)))
     nan = torch.full_like(torch.real(min_), float("nan"))
     return torch.where(torch.isnan(min_), torch.complex(nan, nan), vals)
+
+
+def _soft_margin_loss_backward(grad_output: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
+                               reduction: int = 1) -> Any:
+    """``soft_margin_loss_backward`` as eager's kernel, ``-t g sigmoid(-t x)``
+    (module docs), in float32 for 16-bit inputs."""
+    dt = torch.result_type(grad_output, x)
+    half = dt in (torch.float16, torch.bfloat16)
+    c = (lambda t: t.float()) if half else (lambda t: t)
+    g = -c(target) * c(grad_output) * torch.sigmoid(-c(target) * c(x))
+    if reduction == 1:  # mean
+        g = g / max(x.numel(), 1)
+    return g.to(dt)
 
 
 def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
@@ -765,7 +838,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.linalg_pinv.atol_rtol_tensor: linalg_numerics.pinv,
         a._linalg_eigh.default: _eigh,
         a.div.Tensor: _div_complex,
-        a._linalg_slogdet.default: _none_declines(linalg_numerics.empty_slogdet),
+        a._linalg_slogdet.default: _slogdet,
         a.logdet.default: _logdet_empty,
         a.abs.default: _abs_complex,
         a.linalg_vector_norm.default: _vector_norm_complex,
@@ -776,6 +849,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.atan2.default: _atan2_promoted,
         a.div.Scalar: _div_scalar_complex,
         a.convolution_backward.default: _conv_backward_half_bias,
+        a.soft_margin_loss_backward.default: _soft_margin_loss_backward,
         a.logaddexp.default: _logaddexp_complex,
         a.floor_divide.default: _in_float32(a.floor_divide.default),
         a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
