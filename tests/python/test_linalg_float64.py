@@ -1,4 +1,5 @@
-"""float64 accuracy of the linear-algebra lowerings beyond ``assert_close``.
+"""float64 accuracy beyond ``assert_close``: the linear-algebra lowerings and
+the ops the float64 audit of the sweep found (``scripts/op_sweep_f64_audit.py``).
 
 ``torch.testing.assert_close`` accepts float64 results to ``rtol=1e-7``, so
 a lowering that is only float32-accurate passes it; the op sweep found such
@@ -144,3 +145,28 @@ def test_svd_float32_keeps_xla() -> None:
     u, s, vh = _compiled(lambda x: torch.linalg.svd(x, full_matrices=False))(a)
     torch.testing.assert_close(s, torch.linalg.svdvals(a))
     torch.testing.assert_close((u * s.unsqueeze(-2)) @ vh, a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_soft_margin_loss_backward_tail_float64(reduction: str) -> None:
+    """``soft_margin_loss``'s gradient where ``target * input`` is large:
+    torch's decomposition of the backward, ``t g (sigmoid(t x) - 1)``,
+    cancels (found by the float64 audit, ``scripts/op_sweep_f64_audit.py``:
+    a gradient of 6.4e-16 came back 1.1e-15); eager's kernel computes
+    ``-t g sigmoid(-t x)``, as the lowering now does."""
+    g = torch.Generator().manual_seed(31)
+    x = (torch.rand(4, 5, generator=g, dtype=_F64) * 40 - 20)
+    t = torch.where(torch.rand(4, 5, generator=g) < 0.5, -1.0, 1.0).to(_F64)
+    x = x * t  # t x in [-20, 20] and beyond: grads from 1 down to 2e-9
+    x[0, 0], x[1, 1] = 35.0 * t[0, 0], 36.5 * t[1, 1]  # grads ~6e-16, ~1.4e-16
+
+    def f(a: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.soft_margin_loss(a, t, reduction=reduction)
+
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ye, yc = f(xe), _compiled(f)(xc)
+    w = torch.randn(ye.shape, generator=g, dtype=_F64)
+    (ge,) = torch.autograd.grad((ye * w).sum(), xe)
+    (gc,) = torch.autograd.grad((yc * w).sum(), xc)
+    # elementwise relative: every gradient, also the ones in the tail
+    assert float(((gc - ge).abs() / ge.abs()).max()) <= 1e-12
