@@ -627,6 +627,10 @@ COMPLEX_CASES: dict[str, Case] = {
     "slogdet_singular": (torch.linalg.slogdet, lambda g: (
         _complex(g, 4, 1) * _complex(g, 1, 4),), False),
     "logdet": (torch.logdet, lambda g: (_complex(g, 2, 6, 6),), False),
+    # torch_xla's dist of complex was complex (its gradient 0.5 to 6.6 off)
+    "dist": (torch.dist, lambda g: (_complex(g, 5, 5), _complex(g, 5, 5)), True),
+    "dist_p3": (lambda a, b: torch.dist(a, b, 3), lambda g: (_complex(g, 4, 6), _complex(g, 6)),
+                True),
     # torch_xla failed to lower isnan of c64
     "isnan": (torch.isnan, lambda g: (
         torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j, complex(_INF, 1)]),), False),
