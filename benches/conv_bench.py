@@ -88,15 +88,47 @@ def shapes() -> list[Shape]:
     return s
 
 
-def _variants(sh: Shape, batch: int, grad: bool) -> dict[str, Callable[[], Any]]:
+def _conv_main(x: torch.Tensor, w: torch.Tensor, st: int, pad: int, dil: int, g: int
+               ) -> torch.Tensor:
+    return F.conv2d(x, w, None, st, pad, dil, g)
+
+
+def _conv_alt(x: torch.Tensor, w: torch.Tensor, st: int, pad: int, dil: int, g: int
+              ) -> torch.Tensor:
+    # The same as _conv_main, with its own code object (its own dynamo cache entry).
+    return F.conv2d(x, w, None, st, pad, dil, g)
+
+
+def _compiled_with(env: dict[str, str], fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn``, compiled (at its first call) with ``env`` set: the host lowering reads the
+    HLOBRIDGE_* routing variables at each compile."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return fn
+
+
+def _variants(sh: Shape, batch: int, grad: bool, part: str = "both",
+              alt: dict[str, str] | None = None) -> dict[str, Callable[[], Any]]:
     _, _, cin, cout, hw, k, st, pad, dil, g = sh
     torch._dynamo.reset()  # one graph per shape: stay under dynamo's recompile limit
     torch.manual_seed(0)
     n = batch
     mod = torch.nn.Conv2d(cin, cout, k, st, pad, dil, g, bias=False)
-    x = torch.randn(n, cin, hw, hw, requires_grad=grad)
+    x = torch.randn(n, cin, hw, hw, requires_grad=grad and part != "w")
     w = mod.weight
+    if part == "x":
+        w.requires_grad_(False)
+    wrt = {"both": (x, w), "w": (w,), "x": (x,)}[part]
     comp = torch.compile(mod, backend="hlobridge", dynamic=False)
+    alt_c = torch.compile(_conv_alt, backend="hlobridge", dynamic=False)
     if not grad:
         def eager() -> Any:
             with torch.no_grad():
@@ -105,16 +137,29 @@ def _variants(sh: Shape, batch: int, grad: bool) -> dict[str, Callable[[], Any]]
         def hbc() -> Any:
             with torch.no_grad():
                 return comp(x)
-        return {"eager": eager, "hb": hbc}
+
+        def altc() -> Any:
+            with torch.no_grad():
+                return alt_c(x, w, st, pad, dil, g)
+        fns = {"eager": eager, "hb": hbc}
+        if alt:
+            fns["alt"] = _compiled_with(alt, altc)
+        return fns
     dy = torch.randn_like(F.conv2d(x.detach(), w.detach(), None, st, pad, dil, g))
 
     def eager_g() -> Any:
         y = F.conv2d(x, w, None, st, pad, dil, g)
-        return torch.autograd.grad(y, (x, w), dy)
+        return torch.autograd.grad(y, wrt, dy)
 
     def hb_g() -> Any:
-        return torch.autograd.grad(comp(x), (x, w), dy)
-    return {"eager": eager_g, "hb": hb_g}
+        return torch.autograd.grad(comp(x), wrt, dy)
+
+    def alt_g() -> Any:
+        return torch.autograd.grad(alt_c(x, w, st, pad, dil, g), wrt, dy)
+    fns = {"eager": eager_g, "hb": hb_g}
+    if alt:
+        fns["alt"] = _compiled_with(alt, alt_g)
+    return fns
 
 
 def _time(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
@@ -144,12 +189,17 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for sh in shapes():
         if only and sh[1] not in only and not any(o in sh[0] for o in only):
             continue
-        ms = _time(_variants(sh, args.batch, args.grad), args.rounds)
+        alt = dict(kv.split("=", 1) for kv in args.alt) if args.alt else None
+        ms = _time(_variants(sh, args.batch, args.grad, args.part, alt), args.rounds)
         rows.append({"shape": sh[0], "kind": sh[1], "eager_ms": ms["eager"], "hb_ms": ms["hb"],
                      "ratio": ms["hb"] / ms["eager"]})
+        if alt:
+            rows[-1].update(alt_ms=ms["alt"], hb_over_alt=ms["hb"] / ms["alt"])
         if not args.child:
+            extra = (f"  alt {ms['alt']:8.3f} ms  hb/alt {ms['hb'] / ms['alt']:5.2f}"
+                     if alt else "")
             print(f"  {sh[0]:28s} eager {ms['eager']:8.3f} ms  hb {ms['hb']:8.3f} ms  "
-                  f"hb/eager {ms['hb'] / ms['eager']:5.2f}", flush=True)
+                  f"hb/eager {ms['hb'] / ms['eager']:5.2f}{extra}", flush=True)
     return rows
 
 
@@ -160,6 +210,13 @@ def main() -> None:
     ap.add_argument("--only", default="", help="kinds (dw, grouped, dilated, resnet, stem) or "
                     "substrings of shape names, comma-separated")
     ap.add_argument("--grad", action="store_true", help="time forward + both gradients")
+    ap.add_argument("--part", choices=["both", "w", "x"], default="both",
+                    help="with --grad: both gradients, the weight gradient only (the input "
+                    "needs no grad), or the input gradient only (the weight needs none); "
+                    "the forward is always timed with them")
+    ap.add_argument("--alt", action="append", default=[], metavar="VAR=VALUE",
+                    help="also time hlobridge compiled with these HLOBRIDGE_* settings, in this "
+                    "process, interleaved with the others (hlobridge-only A/B: 'hb/alt')")
     ap.add_argument("--no-xla", action="store_true", help="skip the HLOBRIDGE_HOST_CONV=0 run")
     ap.add_argument("--no-v3", action="store_true",
                     help="skip the HLOBRIDGE_ONEDNN_CONV=0 run (host kernel / XLA, no oneDNN)")
@@ -179,14 +236,14 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args)))
         return
-    path = "fwd+bwd" if args.grad else "fwd"
+    path = ("fwd+bwd" + ("" if args.part == "both" else f"({args.part})")) if args.grad else "fwd"
     print(f"conv_bench: batch {args.batch}, {path}, {args.stat} of {args.rounds} rounds, torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load before: {_uptime()}")
     rows = measure(args)
     cmd = [sys.executable, __file__, "--child", "--batch", str(args.batch),
            "--rounds", str(args.rounds), "--stat", args.stat,
-           "--threads", str(args.threads)] + (["--only", args.only] if args.only else []) \
+           "--threads", str(args.threads), "--part", args.part] + (["--only", args.only] if args.only else []) \
         + (["--grad"] if args.grad else [])
 
     def child(**env: str) -> dict[str, dict[str, Any]]:

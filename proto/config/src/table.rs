@@ -166,6 +166,10 @@ variables! {
             default "1",
             read_by [Rust, Tests, Scripts],
             "`0` (or `false`, `off`, `no`) keeps forward-form f32 convolutions on the host kernel or XLA instead of the CPU plugin's oneDNN convolution (`__onednn$convolution`, docs/host_conv.md); `plain` keeps the route but leaves the calls' activations in their own layouts instead of channels-last (rewrite version 5's routing); `HLOBRIDGE_HOST_CONV=off` or `all` turns the oneDNN route off too. Part of the compile-cache key.";
+        ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
+            default "xla",
+            read_by [Rust, Tests, Scripts],
+            "Where ungrouped convolution weight gradients too large for the host kernel's default routing go: `xla` (or `0`, `false`, `off`, `no`) XLA's own convolution; `host` the host kernel's weight-gradient path (GEMMs over an im2col of the input, from 256 window taps; measured slower inside ResNet-50's training step, docs/host_conv.md); `all` also the 1×1 ones that are otherwise batched matrix products. Part of the compile-cache key.";
         GemmDonate = "HLOBRIDGE_GEMM_DONATE",
             default "1",
             read_by [Rust, Scripts],

@@ -66,6 +66,9 @@ pub struct HostConvPolicy {
     /// the elementwise ops between consecutive calls channels-last too and
     /// the thunk reorders nothing (docs/host_conv.md, rewrite version 6).
     pub onednn_channels_last: bool,
+    /// Where ungrouped weight gradients XLA would take go (`wgrad_host`;
+    /// XLA's convolution unless `HLOBRIDGE_CONV_WGRAD` says otherwise).
+    pub wgrad: WeightGradRoute,
 }
 
 impl Default for HostConvPolicy {
@@ -83,6 +86,7 @@ impl Default for HostConvPolicy {
             xla_from_work: Some(1 << 27),
             onednn: false,
             onednn_channels_last: false,
+            wgrad: WeightGradRoute::Xla,
         }
     }
 }
@@ -102,6 +106,11 @@ impl HostConvPolicy {
         }
     }
 
+    /// This policy with weight gradients routed so.
+    pub fn with_wgrad(self, wgrad: WeightGradRoute) -> Self {
+        HostConvPolicy { wgrad, ..self }
+    }
+
     /// Every eligible convolution, whatever its size.
     pub fn all() -> Self {
         HostConvPolicy {
@@ -109,6 +118,7 @@ impl HostConvPolicy {
             xla_from_work: None,
             onednn: false,
             onednn_channels_last: false,
+            wgrad: WeightGradRoute::Xla,
         }
     }
 }
@@ -426,7 +436,9 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
                 .all(|&s| s == 1)
             && pad.iter().all(|&p| p == 0)
             && rev.iter().all(|&v| v == 0);
-        if let Some(w) = wgrad_dot::take(&l, &r, &y, ld, rd, od, plain) {
+        if policy.wgrad == WeightGradRoute::HostAll {
+            // The host kernel's weight-gradient path instead of products.
+        } else if let Some(w) = wgrad_dot::take(&l, &r, &y, ld, rd, od, plain) {
             return Some(Conv::Dot(w));
         }
         let form = onednn::Form {
@@ -453,7 +465,17 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
             return Some(Conv::OneDnn(call));
         }
     }
-    if groups == 1 && batch_groups == 1 && policy.xla_from_work.is_some_and(|w| work >= w) {
+    if groups == 1
+        && batch_groups == 1
+        && policy.xla_from_work.is_some_and(|w| work >= w)
+        && !(policy.wgrad != WeightGradRoute::Xla
+            && wgrad_host::takes(
+                &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
+                &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
+                &lhs_dil,
+                rev.iter().any(|&v| v != 0),
+            ))
+    {
         return None;
     }
     let config = ConvConfig {
@@ -556,3 +578,5 @@ mod onednn;
 #[cfg(test)]
 mod tests;
 mod wgrad_dot;
+mod wgrad_host;
+pub use wgrad_host::WeightGradRoute;

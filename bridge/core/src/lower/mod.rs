@@ -50,7 +50,10 @@ impl HostLowering {
                     .with_onednn(!is_off(Var::OneDnnConv))
                     .with_onednn_channels_last(
                         hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("plain"),
-                    ),
+                    )
+                    // `HLOBRIDGE_CONV_WGRAD`: weight gradients on the host
+                    // kernel (`host`, `all`) or XLA's convolution (`xla`).
+                    .with_wgrad(host_conv::WeightGradRoute::from_env()),
             ),
         };
         HostLowering { gemm, conv }
@@ -69,8 +72,8 @@ impl HostLowering {
                     (false, _) => "",
                     (true, false) => ":onednn",
                     (true, true) => ":onednn:nhwc",
-                }
-            ),
+                },
+            ) + p.wgrad.tag(),
             None => String::new(),
         };
         let gemm = match self.gemm {

@@ -42,8 +42,10 @@ use std::sync::Arc;
 
 mod config;
 mod depthwise;
+mod wgrad;
 
 pub use depthwise::DwPlan;
+pub use wgrad::WgradPlan;
 
 use config::row_major_strides;
 pub use config::{output_size, ConvConfig};
@@ -463,8 +465,9 @@ fn run(fr: &Frame<'_>) -> Result<(), String> {
     }
 }
 
-/// Runs the convolution `cfg` on typed buffers: the depthwise kernel when
-/// it takes the convolution, im2col plus GEMM otherwise. Dims that do not
+/// Runs the convolution `cfg` on typed buffers: the depthwise kernel or the
+/// weight-gradient kernel (`wgrad.rs`) when one takes the convolution,
+/// im2col plus GEMM otherwise. Dims that do not
 /// match the convolution are an error.
 ///
 /// # Safety
@@ -480,6 +483,10 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
         // SAFETY: the plan was checked against these dims.
         return unsafe { depthwise::run::<T>(&dw, x, w, y) };
     }
+    if let Some(wg) = WgradPlan::new(cfg, x.dims, w.dims, y.dims) {
+        // SAFETY: the plan was checked against these dims.
+        return unsafe { wgrad::run::<T>(&wg, x, w, y) };
+    }
     let plan = ConvPlan::new(cfg, x.dims, w.dims, y.dims)?;
     // SAFETY: as above.
     unsafe { conv_typed::<T>(&plan, x, w, y) }
@@ -487,7 +494,7 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
 
 /// Element types the convolution runs in.
 pub trait ConvElement:
-    GemmElement + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
+    GemmElement + wgrad::AccGemm + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
 {
 }
 impl ConvElement for f32 {}

@@ -732,3 +732,213 @@ fn im2col_share_timing() {
         );
     }
 }
+
+/// The weight-gradient kernel (`wgrad.rs`) on the forms it takes, against
+/// float64 (17² and larger output-gradient maps: at least `MIN_TAPS`): 3x3
+/// with padding 1 (odd sizes), a stride-2 forward (window dilated by 2, odd
+/// input), padding 0, a strided 1x1, 5x5 padding 2, a
+/// channels-last (NHWC) input and output gradient, split contractions
+/// and several row chunks; misaligned buffers.
+#[test]
+fn weight_gradients_match_float64() {
+    let _board = crate::host_kernels::donation::test_serial();
+    let wg = |stride_fwd: i64, pad: (i64, i64)| {
+        conv(
+            [1, 0, 2, 3],
+            [0, 1, 2, 3],
+            [2, 3, 0, 1],
+            1,
+            pad,
+            (1, stride_fwd),
+            false,
+        )
+    };
+    // (config, x [N, C, H, W], dy [N, O, OH, OW], dW [KH, KW, C, O])
+    let cases: Vec<(ConvConfig, [i64; 4], [i64; 4], [i64; 4])> = vec![
+        (wg(1, (1, 1)), [3, 5, 17, 17], [3, 7, 17, 17], [3, 3, 5, 7]),
+        (wg(2, (1, 1)), [3, 5, 33, 33], [3, 7, 17, 17], [3, 3, 5, 7]),
+        (wg(2, (1, 0)), [2, 4, 34, 34], [2, 6, 17, 17], [3, 3, 4, 6]),
+        (wg(1, (0, 0)), [2, 3, 18, 20], [2, 5, 16, 18], [3, 3, 3, 5]),
+        (wg(2, (0, 0)), [2, 6, 33, 33], [2, 5, 17, 17], [1, 1, 6, 5]),
+        (wg(1, (2, 2)), [2, 3, 16, 16], [2, 4, 16, 16], [5, 5, 3, 4]),
+        // One row chunk, contraction split in two (4·32·32 columns).
+        (wg(1, (1, 1)), [4, 4, 32, 32], [4, 8, 32, 32], [3, 3, 4, 8]),
+        // 360 rows: two row chunks.
+        (
+            wg(1, (1, 1)),
+            [2, 40, 16, 16],
+            [2, 9, 16, 16],
+            [3, 3, 40, 9],
+        ),
+    ];
+    for (i, (c, xd, yd, wd)) in cases.iter().enumerate() {
+        assert!(
+            WgradPlan::new(c, xd, yd, wd).is_some(),
+            "case {i} takes the weight-gradient kernel"
+        );
+        check_f32(c, xd, yd, wd, i % 3);
+    }
+    // Channels-last: x [N, H, W, C] as [f, 0, 1, b], dy [N, OH, OW, O] as
+    // [i, 0, 1, o], dW [O, KH, KW, C] as [f, 0, 1, b].
+    let c = ConvConfig {
+        lhs: vec![3, 0, 1, 2],
+        rhs: vec![0, 3, 1, 2],
+        out: vec![3, 0, 1, 2],
+        ..wg(2, (1, 1))
+    };
+    assert!(WgradPlan::new(&c, &[3, 33, 33, 5], &[3, 17, 17, 7], &[7, 3, 3, 5]).is_some());
+    check_f32(&c, &[3, 33, 33, 5], &[3, 17, 17, 7], &[7, 3, 3, 5], 1);
+    // Not taken: a forward convolution (window smaller than the result),
+    // a window under MIN_TAPS (the general kernel runs it), dims that do
+    // not match (the general kernel reports them).
+    let f = conv(
+        [0, 1, 2, 3],
+        [1, 0, 2, 3],
+        [0, 1, 2, 3],
+        1,
+        (1, 1),
+        (1, 1),
+        false,
+    );
+    assert!(WgradPlan::new(&f, &[2, 3, 8, 8], &[4, 3, 3, 3], &[2, 4, 8, 8]).is_none());
+    let c = wg(1, (1, 1));
+    assert!(WgradPlan::new(&c, &[3, 5, 9, 9], &[3, 7, 9, 9], &[3, 3, 5, 7]).is_none());
+    check_f32(&c, &[3, 5, 9, 9], &[3, 7, 9, 9], &[3, 3, 5, 7], 2);
+    assert!(WgradPlan::new(&c, &[3, 5, 17, 17], &[3, 7, 17, 17], &[3, 3, 5, 8]).is_none());
+    let mut y = vec![0f32; 3 * 3 * 5 * 8];
+    let (x, w) = (vec![0f32; 3 * 5 * 289], vec![0f32; 3 * 7 * 289]);
+    let view = |p: *const f32, d: &'static [i64]| BufferView {
+        dtype: XLA_FFI_DataType_F32,
+        data: p as *mut f32 as *mut std::ffi::c_void,
+        dims: d,
+    };
+    // SAFETY: the buffers hold their dims' elements.
+    let err = unsafe {
+        conv_dispatch::<f32>(
+            &c,
+            &view(x.as_ptr(), &[3, 5, 17, 17]),
+            &view(w.as_ptr(), &[3, 7, 17, 17]),
+            &view(y.as_mut_ptr(), &[3, 3, 5, 8]),
+        )
+    };
+    assert!(err.unwrap_err().contains("shapes do not match"));
+}
+
+/// Timing of the weight-gradient kernel at ResNet-50's 3×3 and strided
+/// shapes, batch 8 (run by hand: `--ignored --nocapture`): thread CPU time
+/// of the kernel, of the general kernel on the same convolution, and of one
+/// GEMM of the same `[rows, images·taps] x [images·taps, F]` shape.
+#[test]
+#[ignore]
+fn wgrad_timing() {
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let only = std::env::var("WGRAD_SHAPES").unwrap_or_default();
+    // (C, O, k, stride, input size)
+    for (c, o, k, s, hw) in [
+        (64i64, 64i64, 3i64, 1i64, 56i64),
+        (128, 128, 3, 1, 28),
+        (256, 256, 3, 1, 14),
+        (512, 512, 3, 1, 7),
+        (128, 128, 3, 2, 56),
+        (256, 512, 1, 2, 56),
+        (1024, 256, 1, 1, 14),
+        (512, 2048, 1, 1, 7),
+    ] {
+        let name = format!("{k}x{k}/{s} {c}>{o}@{hw}");
+        if !only.is_empty() && !only.split(',').any(|p| name.contains(p)) {
+            continue;
+        }
+        let pad = k / 2;
+        let oh = (hw + 2 * pad - k) / s + 1;
+        let reach = (oh - 1) * s + 1; // window extent of dy dilated by s
+        let hi = k - 1 - hw - pad + reach; // so the result is k×k
+        let cfg = conv(
+            [1, 0, 2, 3],
+            [0, 1, 2, 3],
+            [2, 3, 0, 1],
+            1,
+            (pad, hi),
+            (1, s),
+            false,
+        );
+        let (xd, dyd, wd) = ([8, c, hw, hw], [8, o, oh, oh], [k, k, c, o]);
+        let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+        let x = vec![0.5f32; n(&xd)];
+        let dy = vec![0.25f32; n(&dyd)];
+        let mut y = vec![0f32; n(&wd)];
+        let view = |p: *const f32, d: &[i64]| BufferView {
+            dtype: XLA_FFI_DataType_F32,
+            data: p as *mut f32 as *mut std::ffi::c_void,
+            dims: Box::leak(d.to_vec().into_boxed_slice()),
+        };
+        let plan = WgradPlan::new(&cfg, &xd, &dyd, &wd).expect("taken");
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = cpu();
+            // SAFETY: the vectors have these dims.
+            unsafe {
+                wgrad::run::<f32>(
+                    &plan,
+                    &view(x.as_ptr(), &xd),
+                    &view(dy.as_ptr(), &dyd),
+                    &view(y.as_mut_ptr(), &wd),
+                )
+            }
+            .unwrap();
+            best = best.min(cpu() - t);
+        }
+        let general = ConvPlan::new(&cfg, &xd, &dyd, &wd).unwrap();
+        let t = cpu();
+        // SAFETY: the vectors have these dims.
+        unsafe {
+            conv_typed::<f32>(
+                &general,
+                &view(x.as_ptr(), &xd),
+                &view(dy.as_ptr(), &dyd),
+                &view(y.as_mut_ptr(), &wd),
+            )
+        }
+        .unwrap();
+        let tgen = cpu() - t;
+        let (m, kk, f) = (plan.rows(), plan.kdim(), o as usize);
+        let a = vec![0.5f32; m * kk];
+        let b = vec![0.5f32; kk * f];
+        let mut cc = vec![0f32; m * f];
+        let t = cpu();
+        // SAFETY: row-major m x kk, kk x f, m x f.
+        unsafe {
+            <f32 as GemmElement>::mul(
+                m,
+                kk,
+                f,
+                a.as_ptr(),
+                kk as isize,
+                1,
+                b.as_ptr(),
+                f as isize,
+                1,
+                cc.as_mut_ptr(),
+                f as isize,
+                1,
+            )
+        };
+        let tgemm = cpu() - t;
+        let gmac = plan.work() as f64 * 1e-9;
+        eprintln!(
+            "wgrad {name} b8: kernel {:.2} ms ({:.0} GMAC/s), general kernel {:.2} ms, one GEMM {:.2} ms ({:.0} GMAC/s)",
+            best * 1e3,
+            gmac / best,
+            tgen * 1e3,
+            tgemm * 1e3,
+            gmac / tgemm
+        );
+    }
+}
