@@ -37,6 +37,7 @@ import torch.fx
 from hlobridge._src import config
 from hlobridge._src.errors import CompileBackendError, DataDependentError, UnsupportedOpError
 from hlobridge._src.dynamo.attention_decomp import attention_decompositions
+from hlobridge._src.dynamo.bag_lowerings import bag_decompositions
 from hlobridge._src.dynamo.jax_lowerings import jax_lowerings
 from hlobridge._src.dynamo.numerics_decomp import complex_var_mean, numerics_decompositions
 
@@ -165,6 +166,7 @@ def decompositions() -> dict[Any, Any]:
     table.update(_accurate_norms())
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     table.update(attention_decompositions())  # nn.MultiheadAttention's inference fast path
+    table.update(bag_decompositions())  # embedding_bag: none in torch, torch_xla's bakes offsets in
     return table
 
 
