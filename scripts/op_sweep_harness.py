@@ -297,9 +297,52 @@ def run_sample(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
                         cmp.problems.append(f"grad[{i}]: None mismatch")
                     continue
                 _compare_tensor(g, e, r, f"grad[{i}]", cmp)
+    if not cmp.problems and cmp.err > FLOORS[torch.float64] and _wide(got, got_g):
+        # float64 (its own reference): assert_close's rtol 1e-7 passes a
+        # float32-accurate lowering. Above the floor, flag unless eager moves
+        # as much when its inputs move by one ulp (an ill-conditioned sample;
+        # the float64 audit, scripts/op_sweep_f64_audit.py, docs/op_numerics.md).
+        sens = _ulp_sensitivity(lambda ts: run(call, ts), tensors, (eager, eager_g))
+        if cmp.err > FACTOR * sens:
+            cmp.problems.append(f"float64: error {cmp.err:.3g} vs eager, where one ulp "
+                                f"of the inputs moves eager by {sens:.3g}")
     if cmp.problems:
         return Outcome("wrong", "; ".join(cmp.problems), cmp.err, cmp.own)
     return Outcome("pass", "", cmp.err, cmp.own)
+
+
+def _wide(*trees: Any) -> bool:
+    """Whether every floating result is float64/complex128."""
+    ts = [t for t in pytree.tree_flatten(trees)[0] if isinstance(t, torch.Tensor)
+          and (t.is_floating_point() or t.is_complex())]
+    return bool(ts) and all(t.dtype in (torch.float64, torch.complex128) for t in ts)
+
+
+def _ulp_sensitivity(run: Callable[..., Any], tensors: list[torch.Tensor], base: Any,
+                     trials: int = 2) -> float:
+    """The largest relative change of eager's results (``base``) when each
+    float64 input moves by one ulp (seeded random directions)."""
+    ref = [t for t in pytree.tree_flatten(base)[0] if isinstance(t, torch.Tensor)]
+    worst = 0.0
+    for k in range(trials):
+        gen = torch.Generator().manual_seed(k)
+
+        def bump(t: torch.Tensor) -> torch.Tensor:
+            if t.dtype != torch.float64 or t.numel() == 0:
+                return t
+            up = torch.randint(0, 2, t.shape, generator=gen).to(t.dtype) * 2 - 1
+            return torch.nextafter(t.detach(), up * math.inf).requires_grad_(t.requires_grad)
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                moved = [t for t in pytree.tree_flatten(run([bump(t) for t in tensors]))[0]
+                         if isinstance(t, torch.Tensor)]
+        except Exception:  # noqa: BLE001
+            return 0.0
+        worst = max([worst] + [_rel_err(m, r) for m, r in zip(moved, ref) if m.shape == r.shape
+                               and (r.is_floating_point() or r.is_complex())])
+    return worst
 
 
 def first_line(e: BaseException) -> str:
