@@ -12,7 +12,7 @@ with empty and all-padding bags: the output, the weight gradient and the
 per-sample-weights gradient under a random upstream gradient. Tolerance:
 rtol=2e-6, atol=1e-6 (the sums run in XLA's scatter order, not eager's
 index order; inputs are N(0, 1), bags hold at most 12 terms; measured
-<= 2.4e-7). ``offset2bag``, ``bag_size`` and ``max_indices`` (integers)
+``|got - want| / (1 + |want|)`` <= 1.6e-7 over 3 seeds x all cases). ``offset2bag``, ``bag_size`` and ``max_indices`` (integers)
 must be equal. A tiny DLRM-like model trains 3 SGD steps against eager
 (losses rtol=1e-5, parameters rtol=1e-5/atol=1e-6), with ``torch.compile``
 and with :func:`hlobridge.compile_train_step`.
