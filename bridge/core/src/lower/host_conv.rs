@@ -44,7 +44,7 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 6;
+pub const REWRITE_VERSION: u32 = 7;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
@@ -66,6 +66,10 @@ pub struct HostConvPolicy {
     /// the elementwise ops between consecutive calls channels-last too and
     /// the thunk reorders nothing (docs/host_conv.md, rewrite version 6).
     pub onednn_channels_last: bool,
+    /// With channels-last calls: fold each call's epilogue (per-channel
+    /// affine ops such as eval BatchNorm, a residual add, ReLU) into the
+    /// call as oneDNN post-ops (`onednn_fuse`, rewrite version 7).
+    pub onednn_fuse: bool,
     /// Where ungrouped weight gradients XLA would take go (`wgrad_host`;
     /// XLA's convolution unless `HLOBRIDGE_CONV_WGRAD` says otherwise).
     pub wgrad: WeightGradRoute,
@@ -86,6 +90,7 @@ impl Default for HostConvPolicy {
             xla_from_work: Some(1 << 27),
             onednn: false,
             onednn_channels_last: false,
+            onednn_fuse: true,
             wgrad: WeightGradRoute::Xla,
         }
     }
@@ -106,6 +111,14 @@ impl HostConvPolicy {
         }
     }
 
+    /// This policy with channels-last calls' epilogues fused or not.
+    pub fn with_onednn_fuse(self, fuse: bool) -> Self {
+        HostConvPolicy {
+            onednn_fuse: fuse,
+            ..self
+        }
+    }
+
     /// This policy with weight gradients routed so.
     pub fn with_wgrad(self, wgrad: WeightGradRoute) -> Self {
         HostConvPolicy { wgrad, ..self }
@@ -118,6 +131,7 @@ impl HostConvPolicy {
             xla_from_work: None,
             onednn: false,
             onednn_channels_last: false,
+            onednn_fuse: true,
             wgrad: WeightGradRoute::Xla,
         }
     }
@@ -198,6 +212,10 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
             Conv::Dot(w) => wgrad_dot::apply(m, op, &w),
         }
         report.rewritten += 1;
+    }
+    if policy.onednn_fuse && report.channels_last > 0 {
+        let fused = onednn_fuse::fuse_epilogues(m);
+        tracing::debug!(fused, "oneDNN epilogues fused");
     }
     tracing::debug!(?report, "host convolution rewrite");
     report
@@ -575,6 +593,7 @@ fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
 }
 
 mod onednn;
+mod onednn_fuse;
 #[cfg(test)]
 mod tests;
 mod wgrad_dot;

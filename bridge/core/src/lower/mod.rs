@@ -51,6 +51,10 @@ impl HostLowering {
                     .with_onednn_channels_last(
                         hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("plain"),
                     )
+                    // `unfused`: channels-last calls without their epilogues.
+                    .with_onednn_fuse(
+                        hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("unfused"),
+                    )
                     // `HLOBRIDGE_CONV_WGRAD`: weight gradients on the host
                     // kernel (`host`, `all`) or XLA's convolution (`xla`).
                     .with_wgrad(host_conv::WeightGradRoute::from_env()),
@@ -71,6 +75,7 @@ impl HostLowering {
                 match (p.onednn, p.onednn_channels_last) {
                     (false, _) => "",
                     (true, false) => ":onednn",
+                    (true, true) if p.onednn_fuse => ":onednn:nhwc:fuse",
                     (true, true) => ":onednn:nhwc",
                 },
             ) + p.wgrad.tag(),

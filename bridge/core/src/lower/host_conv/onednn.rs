@@ -267,7 +267,7 @@ impl Form<'_> {
 }
 
 /// `[dense<[...]> : tensor<Nxindex>, ...]`.
-fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {
+pub(super) fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {
     let index = m.intern_type(Type::Index);
     let items = layouts
         .iter()

@@ -546,3 +546,85 @@ fn onednn_channels_last_pins_activation_layouts() {
     assert_eq!(r.onednn, 1, "{out}");
     assert!(out.contains(nhwc), "{out}");
 }
+
+/// A ResNet bottleneck's tail at inference as the bridge captures it: a 1×1
+/// convolution, eval BatchNorm decomposed (`(y - mean) * rsqrt(var + eps) *
+/// gamma + beta`), the residual add and ReLU; then a convolution with a bias
+/// add read only by a third convolution (the bias folds too).
+const BN_BLOCK: &str = r#"func.func public @main(%x: tensor<2x16x8x8xf32>, %w: tensor<32x16x1x1xf32>, %m: tensor<32xf32>, %v: tensor<32xf32>, %g: tensor<32xf32>, %b: tensor<32xf32>, %r: tensor<2x32x8x8xf32>, %w2: tensor<32x32x3x3xf32>) -> (tensor<2x32x8x8xf32>, tensor<2x32x8x8xf32>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x16x8x8xf32>, tensor<32x16x1x1xf32>) -> tensor<2x32x8x8xf32>
+  %mb = stablehlo.broadcast_in_dim %m, dims = [1] : (tensor<32xf32>) -> tensor<2x32x8x8xf32>
+  %1 = stablehlo.subtract %0, %mb : tensor<2x32x8x8xf32>
+  %eps = stablehlo.constant dense<9.99999974E-6> : tensor<32xf32>
+  %ve = stablehlo.add %v, %eps : tensor<32xf32>
+  %rs = stablehlo.rsqrt %ve : tensor<32xf32>
+  %rb = stablehlo.broadcast_in_dim %rs, dims = [1] : (tensor<32xf32>) -> tensor<2x32x8x8xf32>
+  %2 = stablehlo.multiply %1, %rb : tensor<2x32x8x8xf32>
+  %gb = stablehlo.broadcast_in_dim %g, dims = [1] : (tensor<32xf32>) -> tensor<2x32x8x8xf32>
+  %3 = stablehlo.multiply %gb, %2 : tensor<2x32x8x8xf32>
+  %bb = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<32xf32>) -> tensor<2x32x8x8xf32>
+  %4 = stablehlo.add %3, %bb : tensor<2x32x8x8xf32>
+  %5 = stablehlo.add %4, %r : tensor<2x32x8x8xf32>
+  %z = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+  %zb = stablehlo.broadcast_in_dim %z, dims = [] : (tensor<f32>) -> tensor<2x32x8x8xf32>
+  %6 = stablehlo.maximum %5, %zb : tensor<2x32x8x8xf32>
+  %7 = stablehlo.convolution(%6, %w2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x32x8x8xf32>, tensor<32x32x3x3xf32>) -> tensor<2x32x8x8xf32>
+  %8 = stablehlo.add %7, %bb : tensor<2x32x8x8xf32>
+  %9 = stablehlo.convolution(%8, %w2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x32x8x8xf32>, tensor<32x32x3x3xf32>) -> tensor<2x32x8x8xf32>
+  return %6, %9 : tensor<2x32x8x8xf32>, tensor<2x32x8x8xf32>
+}"#;
+
+/// Channels-last calls fold their epilogue into oneDNN post-ops (rewrite
+/// version 7): BatchNorm into scaled weights and a bias, the residual add
+/// as a binary add, ReLU; a chain stops at a value used twice; plain
+/// (v5) calls and `with_onednn_fuse(false)` fold nothing.
+#[test]
+fn onednn_channels_last_calls_fold_their_epilogues() {
+    let run_on = |text: &str, policy: HostConvPolicy| {
+        let mut m = parse_module(text).expect("parse");
+        let r = rewrite_host_conv(&mut m, &policy);
+        let out = print_module(&m, &PrintOptions::default());
+        parse_module(&out).expect("rewritten module parses back");
+        (out, r)
+    };
+    let run = |policy| run_on(BN_BLOCK, policy);
+    let on = HostConvPolicy::default()
+        .with_onednn(true)
+        .with_onednn_channels_last(true);
+    let (out, r) = run(on);
+    assert_eq!((r.onednn, r.channels_last), (3, 3), "{out}");
+    assert!(
+        out.contains(r#"\"fusions\": {\"ops\": [\"BIAS\", \"BINARY_ADD\", \"RELU\"]}"#),
+        "{out}"
+    );
+    assert!(
+        out.contains(r#"\"fusions\": {\"ops\": [\"BIAS\"]}"#),
+        "{out}"
+    );
+    // The activation-sized chains are gone (the per-channel vectors'
+    // products and the weights' scaling are what multiplies remain).
+    assert!(!out.contains("stablehlo.subtract"), "{out}");
+    assert!(!out.contains("stablehlo.maximum"), "{out}");
+    assert_eq!(out.matches("stablehlo.multiply").count(), 4, "{out}");
+    assert_eq!(out.matches("fusions").count(), 2, "{out}");
+    // Fused operands' layouts: bias `[0]`, residual channels-last.
+    assert!(out.contains("operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<0> : tensor<1xindex>, dense<[1, 3, 2, 0]> : tensor<4xindex>]")
+        || out.contains("operand_layouts = [dense<[1, 3, 2, 0]> : tensor<4xindex>, dense<[3, 2, 1, 0]> : tensor<4xindex>, dense<[0]> : tensor<1xindex>, dense<[1, 3, 2, 0]> : tensor<4xindex>]"), "{out}");
+    insta::assert_snapshot!(out);
+    // A bias add before an XLA elementwise op stays (XLA fuses it there).
+    let before_xla = BN_BLOCK.replace(
+        "%9 = stablehlo.convolution(%8, %w2) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<2x32x8x8xf32>, tensor<32x32x3x3xf32>) -> tensor<2x32x8x8xf32>",
+        "%9 = stablehlo.multiply %8, %8 : tensor<2x32x8x8xf32>",
+    );
+    let (out, _) = run_on(&before_xla, on);
+    assert_eq!(out.matches("fusions").count(), 1, "{out}");
+    assert!(out.contains(", %bb : tensor<2x32x8x8xf32>"), "{out}");
+    for off in [
+        on.with_onednn_fuse(false),
+        on.with_onednn_channels_last(false),
+    ] {
+        let (out, _) = run(off);
+        assert!(!out.contains("fusions"), "{out}");
+        assert!(out.contains("stablehlo.maximum"), "{out}");
+    }
+}
