@@ -170,6 +170,10 @@ variables! {
             default "xla",
             read_by [Rust, Tests, Scripts],
             "Where ungrouped convolution weight gradients too large for the host kernel's default routing go: `xla` (or `0`, `false`, `off`, `no`) XLA's own convolution; `host` the host kernel's weight-gradient path (GEMMs over an im2col of the input, from 256 window taps; measured slower inside ResNet-50's training step, docs/host_conv.md); `all` also the 1×1 ones that are otherwise batched matrix products. Part of the compile-cache key.";
+        ConvDwWgrad = "HLOBRIDGE_CONV_DW_WGRAD",
+            default "rows",
+            read_by [Rust, Scripts],
+            "Loop order of the host kernel's depthwise weight gradient: `rows` (window row outer, every result element's lanes kept across the window) or `elements` (result element outer, the earlier order; docs/host_conv.md). Read at each call.";
         GemmDonate = "HLOBRIDGE_GEMM_DONATE",
             default "1",
             read_by [Rust, Scripts],

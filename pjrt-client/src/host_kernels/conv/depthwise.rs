@@ -292,6 +292,9 @@ struct Scratch<T> {
     row: Vec<T>,
     /// Which buffer rows hold input (the others are all zeros).
     live: Vec<bool>,
+    /// Dot: one lane accumulator per result element, summed over the
+    /// plane's input planes before the lanes are added up.
+    lanes: Vec<[T; L]>,
 }
 
 /// Runs a depthwise convolution.
@@ -323,6 +326,7 @@ pub(crate) unsafe fn run<T: ConvElement + 'static>(
         .ok_or("hlobridge_conv: depthwise buffer too large")?;
     drop(alloc_vec::<T>(bufn, T::default())?);
     let ctx = Arc::new(Ctx {
+        element_outer: plan.dot && element_outer(),
         plan: plan.clone(),
         x: x.data as usize,
         w: w.data as usize,
@@ -345,6 +349,8 @@ pub(crate) unsafe fn run<T: ConvElement + 'static>(
 }
 
 struct Ctx {
+    /// The dot's loop order ([`element_outer`]).
+    element_outer: bool,
     plan: DwPlan,
     x: usize,
     w: usize,
@@ -411,6 +417,7 @@ unsafe fn chunk_body<T: ConvElement>(ctx: &Ctx, i: usize) {
         acc: vec![T::default(); p.os[0] * p.os[1]],
         row: vec![T::default(); owp],
         live: vec![false; span[0]],
+        lanes: vec![[T::default(); L]; if p.dot { p.os[0] * p.os[1] } else { 0 }],
     };
     let (x, w, y) = (ctx.x as *const T, ctx.w as *const T, ctx.y as *mut T);
     // Which buffer rows hold input rows: the same for every plane.
@@ -452,9 +459,12 @@ unsafe fn chunk_body<T: ConvElement>(ctx: &Ctx, i: usize) {
     };
     for j in j0..j1 {
         let (yo, xb, xstep, kb, kstep) = p.plane(j);
+        if p.dot {
+            s.lanes.fill([T::default(); L]);
+        }
         for r in 0..p.red {
-            // The input plane into the buffer.
-            s.buf.fill(T::default());
+            // The input plane into the buffer (the same elements every
+            // time: the padding and holes stay zero from the allocation).
             let xo = xb + r * xstep;
             for (br, &ir) in src_row.iter().enumerate() {
                 if ir == usize::MAX {
@@ -480,6 +490,14 @@ unsafe fn chunk_body<T: ConvElement>(ctx: &Ctx, i: usize) {
             for a in 0..p.ks[0] {
                 let wa = if p.rev[0] { p.ks[0] - 1 - a } else { a };
                 let dst = &mut s.win[a * kwp..][..kwp];
+                if !p.rev[1] && p.kst[1] == 1 {
+                    // SAFETY: window row wa of this rhs plane: ks[1]
+                    // contiguous elements.
+                    let row =
+                        unsafe { std::slice::from_raw_parts(w.add(ko + wa * p.kst[0]), p.ks[1]) };
+                    dst[..p.ks[1]].copy_from_slice(row);
+                    continue;
+                }
                 for (b, v) in dst[..p.ks[1]].iter_mut().enumerate() {
                     let wb = if p.rev[1] { p.ks[1] - 1 - b } else { b };
                     // SAFETY: window element (wa, wb) of this rhs plane.
@@ -488,9 +506,18 @@ unsafe fn chunk_body<T: ConvElement>(ctx: &Ctx, i: usize) {
             }
             let first = r == 0;
             if p.dot {
-                dot_plane(p, &mut s, wq, kwp, first);
+                if ctx.element_outer {
+                    dot_plane(p, &mut s, wq, kwp);
+                } else {
+                    dot_rows(p, &mut s, wq, kwp);
+                }
             } else {
                 axpy_plane(p, &mut s, wq, owp, first);
+            }
+        }
+        if p.dot {
+            for (d, l) in s.acc.iter_mut().zip(&s.lanes) {
+                *d = l.iter().fold(T::default(), |a, &v| a + v);
             }
         }
         // The result plane out.
@@ -586,10 +613,85 @@ fn axpy_blocks<T: ConvElement, const NB: usize>(
     }
 }
 
-/// Large windows, small results: each result element a dot product of the
-/// (zero-padded) window rows with the input rows.
+/// For timing tests: run the weight gradient's dot result element outer
+/// ([`dot_plane`]) instead of window row outer ([`dot_rows`]), as
+/// `HLOBRIDGE_CONV_DW_WGRAD=elements` does.
+static DOT_ELEMENT_OUTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For timing tests: see [`DOT_ELEMENT_OUTER`].
+#[doc(hidden)]
+pub fn set_dot_element_outer_for_tests(on: bool) {
+    DOT_ELEMENT_OUTER.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this call's dot runs result element outer: the test hook, or
+/// `HLOBRIDGE_CONV_DW_WGRAD=elements` (read per call, so that one process
+/// can time both).
+fn element_outer() -> bool {
+    DOT_ELEMENT_OUTER.load(std::sync::atomic::Ordering::Relaxed)
+        || hlobridge_config::get(hlobridge_config::Var::ConvDwWgrad)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("elements"))
+}
+
+/// Large windows, small results (the weight gradient), window row outer:
+/// every result element `(oh, ow)` accumulates, in its own 16 lanes, the
+/// products of the window rows with the input rows it meets, each block of
+/// window lanes loaded once for all result elements. The lanes are added up
+/// once per plane (the caller), after all its input planes.
 #[inline(always)]
-fn dot_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usize, first: bool) {
+fn dot_rows<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usize) {
+    let ph = p.phase();
+    let rowlen = ph * wq;
+    let kw = p.ks[1];
+    let (full, rem) = (kw / L, kw % L);
+    let ow_n = p.os[1];
+    for a in 0..p.ks[0] {
+        let ws = &s.win[a * kwp..][..kwp];
+        for oh in 0..p.os[0] {
+            let br = oh * p.stride[0] + a * p.dil[0];
+            if !s.live[br] {
+                continue;
+            }
+            let brow = &s.buf[br * rowlen..][..rowlen];
+            let lanes = &mut s.lanes[oh * ow_n..][..ow_n];
+            for (ow, acc) in lanes.iter_mut().enumerate() {
+                let col = ow * p.stride[1];
+                let xs = &brow[(col % ph) * wq + col / ph..];
+                // Sums in locals (registers: an accumulator in memory kept
+                // LLVM from vectorising the lanes).
+                let mut sum = *acc;
+                for blk in 0..full {
+                    let wc: &[T; L] = ws[blk * L..][..L].try_into().expect("lane block");
+                    let xc: &[T; L] = xs[blk * L..][..L].try_into().expect("lane block");
+                    for l in 0..L {
+                        sum[l] = sum[l] + wc[l] * xc[l];
+                    }
+                }
+                if rem > 0 {
+                    // The row's tail: lanes past the window (its zero
+                    // padding) are masked, not multiplied: 0·inf would be
+                    // NaN. Both rows hold whole lane blocks (the window row
+                    // is padded to kwp, the buffer row reaches past it).
+                    let wc: &[T; L] = ws[full * L..][..L].try_into().expect("lane block");
+                    let xc: &[T; L] = xs[full * L..][..L].try_into().expect("lane block");
+                    for l in 0..L {
+                        let x = if l < rem { xc[l] } else { T::default() };
+                        sum[l] = sum[l] + wc[l] * x;
+                    }
+                }
+                *acc = sum;
+            }
+        }
+    }
+}
+
+/// Large windows, small results (the weight gradient): each result element
+/// `(oh, ow)` a dot product of the (zero-padded) window rows with the input
+/// rows it meets, in two 16-lane accumulators held in registers, then added
+/// to the element's lanes in `s.lanes`; the caller adds the lanes up once
+/// per plane, after all its input planes.
+#[inline(always)]
+fn dot_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usize) {
     let ph = p.phase();
     let rowlen = ph * wq;
     let (kw, blocks) = (p.ks[1], kwp / L);
@@ -618,12 +720,12 @@ fn dot_plane<T: ConvElement>(p: &DwPlan, s: &mut Scratch<T>, wq: usize, kwp: usi
                     k += 1;
                 }
             }
-            let sum = lanes[0]
-                .iter()
-                .zip(&lanes[1])
-                .fold(T::default(), |acc, (&a, &b)| acc + (a + b));
-            let d = &mut s.acc[oh * p.os[1] + ow];
-            *d = if first { sum } else { *d + sum };
+            let d = &mut s.lanes[oh * p.os[1] + ow];
+            let mut sum = *d;
+            for l in 0..L {
+                sum[l] = sum[l] + (lanes[0][l] + lanes[1][l]);
+            }
+            *d = sum;
         }
     }
 }

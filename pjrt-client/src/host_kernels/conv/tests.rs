@@ -942,3 +942,107 @@ fn wgrad_timing() {
         );
     }
 }
+
+/// Timing of the depthwise kernel's weight gradient at MobileNetV3-Large's
+/// shapes, batch 8, as torch_xla spells it (x `[N, C, H, W]` as `[f, b, 0,
+/// 1]`, dy `[N, C, OH, OW]` as `[i, o, 0, 1]`, dW `[KH, KW, 1, C]`; run by
+/// hand: `--ignored --nocapture`), thread CPU time.
+#[test]
+#[ignore]
+fn depthwise_wgrad_timing() {
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec to fill.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let mut total = 0.0;
+    // (C, input size, k, stride)
+    for (c, hw, k, s) in [
+        (16i64, 112i64, 3i64, 1i64),
+        (64, 112, 3, 2),
+        (72, 56, 3, 1),
+        (72, 56, 5, 2),
+        (120, 28, 5, 1),
+        (240, 28, 3, 2),
+        (200, 14, 3, 1),
+        (480, 14, 3, 1),
+        (672, 14, 5, 2),
+        (960, 7, 5, 1),
+    ] {
+        let pad = k / 2;
+        let oh = (hw + 2 * pad - k) / s + 1;
+        let reach = (oh - 1) * s + 1;
+        let hi = k - 1 - hw - pad + reach;
+        let cfg = ConvConfig {
+            groups: 1,
+            batch_groups: c,
+            lhs: vec![1, 0, 2, 3],
+            rhs: vec![0, 1, 2, 3],
+            out: vec![2, 3, 0, 1],
+            stride: vec![1, 1],
+            pad_lo: vec![pad; 2],
+            pad_hi: vec![hi; 2],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![s, s],
+            reverse: vec![false, false],
+        };
+        let (xd, dyd, wd) = ([8, c, hw, hw], [8, c, oh, oh], [k, k, 1, c]);
+        let n = |d: &[i64]| d.iter().product::<i64>() as usize;
+        let x = vec![0.5f32; n(&xd)];
+        let dy = vec![0.25f32; n(&dyd)];
+        let mut y = vec![0f32; n(&wd)];
+        let view = |p: *const f32, d: &[i64]| BufferView {
+            dtype: XLA_FFI_DataType_F32,
+            data: p as *mut f32 as *mut std::ffi::c_void,
+            dims: Box::leak(d.to_vec().into_boxed_slice()),
+        };
+        assert!(DwPlan::new(&cfg, &xd, &dyd, &wd).is_some());
+        let mut best = f64::MAX;
+        let mut best_elem = f64::MAX;
+        for round in 0..14 {
+            let elem = round % 2 == 1;
+            depthwise::set_dot_element_outer_for_tests(elem);
+            let t = cpu();
+            // SAFETY: the vectors have these dims.
+            unsafe {
+                conv_dispatch::<f32>(
+                    &cfg,
+                    &view(x.as_ptr(), &xd),
+                    &view(dy.as_ptr(), &dyd),
+                    &view(y.as_mut_ptr(), &wd),
+                )
+            }
+            .unwrap();
+            let dt = cpu() - t;
+            if elem {
+                best_elem = best_elem.min(dt);
+            } else {
+                best = best.min(dt);
+            }
+        }
+        depthwise::set_dot_element_outer_for_tests(false);
+        total += best;
+        let mac = (8 * c * oh * oh * k * k) as f64;
+        eprintln!(
+            "dw wgrad {k}x{k}/{s} {c}@{hw} b8: {:.3} ms ({:.1} GMAC/s); element outer {:.3} ms",
+            best * 1e3,
+            mac * 1e-9 / best,
+            best_elem * 1e3
+        );
+    }
+    eprintln!("total {:.2} ms", total * 1e3);
+}
+
+/// The depthwise weight gradient's other loop order (result element outer,
+/// `HLOBRIDGE_CONV_DW_WGRAD=elements`) on the same forms.
+#[test]
+fn depthwise_element_outer_dot_matches_a_naive_convolution() {
+    depthwise::set_dot_element_outer_for_tests(true);
+    let r = std::panic::catch_unwind(depthwise_kernel_matches_a_naive_convolution);
+    depthwise::set_dot_element_outer_for_tests(false);
+    assert!(r.is_ok());
+}
