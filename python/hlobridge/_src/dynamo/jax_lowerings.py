@@ -708,4 +708,9 @@ def _table() -> dict[Any, Callable[..., Any]]:
 def jax_lowerings() -> dict[Any, Callable[..., Any]]:
     """The table (module docs): aten overload -> lowering, for the
     backend's decomposition table."""
-    return dict(_table())
+    # Mixture-of-experts ops (histc, _grouped_mm, transformers' grouped_mm
+    # custom ops): grouped_lowerings.py; not cached, as transformers may
+    # register its ops after the first compile.
+    from hlobridge._src.dynamo.grouped_lowerings import grouped_lowerings
+
+    return dict(_table()) | grouped_lowerings()
