@@ -289,3 +289,80 @@ def test_1x1_weight_gradient_as_batched_products(hw: int) -> None:
     want = torch.ops.aten.convolution_backward(dy.double(), x.double(), w, None, [1, 1], [0, 0], [1, 1],
                                                False, [0, 0], 1, [False, True, False])[1]
     _check(_run(exe, x, dy), want.permute(2, 3, 1, 0), n * hw * hw, f"1x1 weight gradient @{hw}")
+
+
+def _bn_block(groups: int) -> tuple[str, list[tuple[int, ...]]]:
+    """Inference block as the bridge captures eval BatchNorm: conv (3x3,
+    ``groups``) -> ``(y - mean) * rsqrt(var + eps) * gamma + beta`` ->
+    ReLU -> 1x1 conv -> the same BatchNorm form -> + residual -> ReLU, then
+    a 1x1 conv with a bias add read only by a last 1x1 conv."""
+
+    def t(s):
+        return "tensor<" + "x".join(map(str, s)) + "xf32>"
+
+    n, c, hw = 2, 16, 10
+    xs, w1s, w2s, w3s, w4s, vs = (n, c, hw, hw), (c, c // groups, 3, 3), (c, c, 1, 1), (c, c, 1, 1), \
+        (c, c, 1, 1), (c,)
+    ys, v = t(xs), t(vs)
+
+    def bn(y: str, k: int) -> str:
+        return f"""  %mb{k} = stablehlo.broadcast_in_dim %m{k}, dims = [1] : ({v}) -> {ys}
+  %s{k} = stablehlo.subtract {y}, %mb{k} : {ys}
+  %ve{k} = stablehlo.add %var{k}, %eps : {v}
+  %rs{k} = stablehlo.rsqrt %ve{k} : {v}
+  %rb{k} = stablehlo.broadcast_in_dim %rs{k}, dims = [1] : ({v}) -> {ys}
+  %n{k} = stablehlo.multiply %s{k}, %rb{k} : {ys}
+  %gb{k} = stablehlo.broadcast_in_dim %g{k}, dims = [1] : ({v}) -> {ys}
+  %a{k} = stablehlo.multiply %n{k}, %gb{k} : {ys}
+  %bb{k} = stablehlo.broadcast_in_dim %b{k}, dims = [1] : ({v}) -> {ys}
+  %bn{k} = stablehlo.add %a{k}, %bb{k} : {ys}
+"""
+
+    def conv(out: str, x: str, w: str, ws: tuple[int, ...], pad: int, g: int) -> str:
+        return (f"  {out} = stablehlo.convolution({x}, {w}) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], "
+                f"window = {{stride = [1, 1], pad = [[{pad}, {pad}], [{pad}, {pad}]]}} {{batch_group_count = 1 : i64, "
+                f"feature_group_count = {g} : i64}} : ({ys}, {t(ws)}) -> {ys}\n")
+
+    params = ", ".join(f"%m{k}: {v}, %var{k}: {v}, %g{k}: {v}, %b{k}: {v}" for k in (1, 2))
+    text = (f"func.func public @main(%x: {ys}, %w1: {t(w1s)}, %w2: {t(w2s)}, %w3: {t(w3s)}, %w4: {t(w4s)}, "
+            f"%bias: {v}, {params}) -> ({ys}, {ys}) {{\n"
+            f"  %eps = stablehlo.constant dense<9.99999974E-6> : {v}\n"
+            f"  %z = stablehlo.constant dense<0.000000e+00> : {ys}\n"
+            + conv("%c1", "%x", "%w1", w1s, 1, groups) + bn("%c1", 1)
+            + f"  %r1 = stablehlo.maximum %bn1, %z : {ys}\n"
+            + conv("%c2", "%r1", "%w2", w2s, 0, 1) + bn("%c2", 2)
+            + f"  %res = stablehlo.add %bn2, %x : {ys}\n  %r2 = stablehlo.maximum %res, %z : {ys}\n"
+            + conv("%c3", "%r2", "%w3", w3s, 0, 1)
+            + f"  %bias_b = stablehlo.broadcast_in_dim %bias, dims = [1] : ({v}) -> {ys}\n"
+            + f"  %c3b = stablehlo.add %c3, %bias_b : {ys}\n"
+            + conv("%c4", "%c3b", "%w4", w4s, 0, 1)
+            + f"  return %r2, %c4 : {ys}, {ys}\n}}")
+    return text, [xs, w1s, w2s, w3s, w4s, vs] + [vs] * 8
+
+
+@pytest.mark.parametrize("groups", [1, 16], ids=["dense", "depthwise"])
+@pytest.mark.parametrize("mode", ["fuse", "1"])
+def test_fused_epilogues_against_float64(groups: int, mode: str, monkeypatch) -> None:
+    """``HLOBRIDGE_ONEDNN_CONV=fuse`` (rewrite version 7) folds each
+    channels-last call's epilogue into its oneDNN post-ops (BatchNorm into
+    scaled weights and a bias, the residual add, ReLU; a bias add read only
+    by another call); the default leaves them to XLA. Both results against
+    float64 torch; K is the multiply-adds along each result's path."""
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_CONV", mode)
+    text, shapes = _bn_block(groups)
+    exe, _ = _native.compile(text)
+    assert exe.host_kernels.get(ONEDNN) == 4, exe.host_kernels
+    g = _gen()
+    x, w1, w2, w3, w4, bias, *bn = (torch.randn(s, generator=g, dtype=torch.float64) for s in shapes)
+    bn[1], bn[5] = bn[1].abs() + 0.5, bn[5].abs() + 0.5  # variances
+
+    def batch_norm(y, m, var, gamma, beta):
+        return F.batch_norm(y, m, var, gamma, beta, training=False, eps=1e-5)
+
+    r1 = F.relu(batch_norm(F.conv2d(x, w1, padding=1, groups=groups), *bn[:4]))
+    r2 = F.relu(batch_norm(F.conv2d(r1, w2), *bn[4:]) + x)
+    c4 = F.conv2d(F.conv2d(r2, w3) + bias.view(1, -1, 1, 1), w4)
+    got = _run_all(exe, x, w1, w2, w3, w4, bias, *bn)
+    k = 9 * 16 // groups + 16
+    _check(got[0], r2, k, "conv-BN-ReLU-conv-BN-add-ReLU")
+    _check(got[1], c4, k + 32, "conv+bias-conv")

@@ -165,7 +165,7 @@ variables! {
         OneDnnConv = "HLOBRIDGE_ONEDNN_CONV",
             default "1",
             read_by [Rust, Tests, Scripts],
-            "`0` (or `false`, `off`, `no`) keeps forward-form f32 convolutions on the host kernel or XLA instead of the CPU plugin's oneDNN convolution (`__onednn$convolution`, docs/host_conv.md); `plain` keeps the route but leaves the calls' activations in their own layouts instead of channels-last (rewrite version 5's routing); `HLOBRIDGE_HOST_CONV=off` or `all` turns the oneDNN route off too. Part of the compile-cache key.";
+            "`0` (or `false`, `off`, `no`) keeps forward-form f32 convolutions on the host kernel or XLA instead of the CPU plugin's oneDNN convolution (`__onednn$convolution`, docs/host_conv.md); `plain` keeps the route but leaves the calls' activations in their own layouts instead of channels-last (rewrite version 5's routing); `fuse` also folds each channels-last call's epilogue (eval BatchNorm, bias, residual add, ReLU) into its oneDNN post-ops (rewrite version 7; off by default, measured no faster); `HLOBRIDGE_HOST_CONV=off` or `all` turns the oneDNN route off too. Part of the compile-cache key.";
         ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
             default "xla",
             read_by [Rust, Tests, Scripts],

@@ -68,7 +68,8 @@ pub struct HostConvPolicy {
     pub onednn_channels_last: bool,
     /// With channels-last calls: fold each call's epilogue (per-channel
     /// affine ops such as eval BatchNorm, a residual add, ReLU) into the
-    /// call as oneDNN post-ops (`onednn_fuse`, rewrite version 7).
+    /// call as oneDNN post-ops (`onednn_fuse`, rewrite version 7; off by
+    /// default: measured no faster on ResNet-50, slower on MobileNetV3-L).
     pub onednn_fuse: bool,
     /// Where ungrouped weight gradients XLA would take go (`wgrad_host`;
     /// XLA's convolution unless `HLOBRIDGE_CONV_WGRAD` says otherwise).
@@ -90,7 +91,7 @@ impl Default for HostConvPolicy {
             xla_from_work: Some(1 << 27),
             onednn: false,
             onednn_channels_last: false,
-            onednn_fuse: true,
+            onednn_fuse: false,
             wgrad: WeightGradRoute::Xla,
         }
     }
@@ -131,7 +132,7 @@ impl HostConvPolicy {
             xla_from_work: None,
             onednn: false,
             onednn_channels_last: false,
-            onednn_fuse: true,
+            onednn_fuse: false,
             wgrad: WeightGradRoute::Xla,
         }
     }

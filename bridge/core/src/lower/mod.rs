@@ -51,9 +51,9 @@ impl HostLowering {
                     .with_onednn_channels_last(
                         hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("plain"),
                     )
-                    // `unfused`: channels-last calls without their epilogues.
+                    // `fuse`: channels-last calls with their epilogues folded.
                     .with_onednn_fuse(
-                        hlobridge_config::get(Var::OneDnnConv).as_deref() != Some("unfused"),
+                        hlobridge_config::get(Var::OneDnnConv).as_deref() == Some("fuse"),
                     )
                     // `HLOBRIDGE_CONV_WGRAD`: weight gradients on the host
                     // kernel (`host`, `all`) or XLA's convolution (`xla`).

@@ -576,8 +576,9 @@ const BN_BLOCK: &str = r#"func.func public @main(%x: tensor<2x16x8x8xf32>, %w: t
 
 /// Channels-last calls fold their epilogue into oneDNN post-ops (rewrite
 /// version 7): BatchNorm into scaled weights and a bias, the residual add
-/// as a binary add, ReLU; a chain stops at a value used twice; plain
-/// (v5) calls and `with_onednn_fuse(false)` fold nothing.
+/// as a binary add, ReLU; a bias add before an XLA elementwise op stays;
+/// plain (v5) calls and `with_onednn_fuse(false)` (the default) fold
+/// nothing.
 #[test]
 fn onednn_channels_last_calls_fold_their_epilogues() {
     let run_on = |text: &str, policy: HostConvPolicy| {
@@ -590,7 +591,8 @@ fn onednn_channels_last_calls_fold_their_epilogues() {
     let run = |policy| run_on(BN_BLOCK, policy);
     let on = HostConvPolicy::default()
         .with_onednn(true)
-        .with_onednn_channels_last(true);
+        .with_onednn_channels_last(true)
+        .with_onednn_fuse(true);
     let (out, r) = run(on);
     assert_eq!((r.onednn, r.channels_last), (3, 3), "{out}");
     assert!(
