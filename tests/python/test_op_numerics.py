@@ -642,3 +642,32 @@ def test_complex_op_matches_eager(name: str) -> None:
     fn, build, grad = COMPLEX_CASES[name]
     g = torch.Generator().manual_seed(sum(map(ord, name)) + 7)
     _check(fn, build(g), grad)
+
+
+# Found by the int8/uint8 sweep (#27).
+SMALL_INT_CASES: dict[str, Case] = {
+    # torch_xla's remainder of int8 came back uint8
+    "remainder_int8": (torch.remainder, lambda g: (
+        (_i(g, 255, 6, 5) - 128).to(torch.int8), (_i(g, 20, 5) - 10).to(torch.int8) | 1), False),
+    "remainder_int8_0d": (torch.remainder, lambda g: (
+        torch.tensor(-8, dtype=torch.int8), torch.tensor(6, dtype=torch.int8)), False),
+    "remainder_int8_scalar": (lambda a: torch.remainder(a, -3), lambda g: (
+        (_i(g, 255, 7) - 128).to(torch.int8),), False),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_INT_CASES))
+def test_small_int_op_matches_eager(name: str) -> None:
+    fn, build, grad = SMALL_INT_CASES[name]
+    g = torch.Generator().manual_seed(sum(map(ord, name)) + 8)
+    _check(fn, build(g), grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_arange_narrow_int_counts_in_int64(dtype: torch.dtype) -> None:
+    """``arange(-1, 2, 2, dtype=uint8)`` is ``[255, 1]`` (torch counts in
+    int64, then casts); torch_xla's had one element."""
+    for start, end, step in ((-1, 2, 2), (-5, 7, 3), (0, 9, 1)):
+        def f(x: torch.Tensor, start: int = start, end: int = end, step: int = step) -> Any:
+            return x + torch.arange(start, end, step, dtype=dtype)
+        _check(f, (torch.zeros((), dtype=dtype),), False)

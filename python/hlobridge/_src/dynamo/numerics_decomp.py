@@ -111,6 +111,11 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
     NaN from a real tensor. ``isnan`` of complex tensors failed to lower:
     here, either part NaN.
 
+``remainder`` of int8 tensors; ``arange`` with a narrow integer ``dtype``
+    ``remainder`` came back uint8: here computed in int32 and cast back.
+    ``arange(-1, 2, 2, dtype=uint8)`` had one element (torch: ``[255, 1]``,
+    counted in int64): here int64 values, then the cast.
+
 ``_linalg_slogdet`` and ``logdet`` of complex matrices
     torch_xla's sign was ``1`` (a real sign: error 2 relative, eager 6e-9)
     and ``logdet`` lost the phase (its ``logabsdet`` is right). Here: the
@@ -478,6 +483,37 @@ def _in_float32(op: Any) -> Callable[..., Any]:
             return op(*up, **kwargs).to(dtype)
 
     return decomp
+
+
+def _int8_widened(op: Any, other: Callable[..., Any]) -> Callable[..., Any]:
+    """``remainder`` of int8 tensors: torch_xla's result was uint8 (its
+    values right). Here: in int32, the result cast back (exact: a remainder
+    is smaller than the divisor). Other dtypes: ``other``."""
+    def decomp(*args: Any, **kwargs: Any) -> Any:
+        ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if _declines(op) or not ts or torch.result_type(*args[:2]) != torch.int8:
+            return other(*args, **kwargs)
+        wide = [a.to(torch.int32) if isinstance(a, torch.Tensor) else a for a in args]
+        with _inner(op):
+            return op(*wide, **kwargs).to(torch.int8)
+
+    return decomp
+
+
+_SMALL_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32)
+
+
+def _arange_small_int(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> Any:
+    """``arange`` with an integer ``dtype`` narrower than int64: torch
+    counts and steps in int64 and casts the values (``arange(-1, 2, 2,
+    dtype=uint8)`` is ``[255, 1]``); torch_xla's result had one element.
+    Here: int64 first, then the cast."""
+    op = _aten.arange.start_step
+    dtype = kwargs.get("dtype")
+    if dtype not in _SMALL_INTS or _declines(op):
+        return NotImplemented
+    with _inner(op):
+        return op(start, end, step, **(kwargs | {"dtype": torch.int64})).to(dtype)
 
 
 def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
@@ -869,8 +905,9 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.floor_divide.default: _in_float32(a.floor_divide.default),
         a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
         a.div.Scalar_mode: _in_float32(a.div.Scalar_mode),
-        a.remainder.Tensor: _in_float32(a.remainder.Tensor),
-        a.remainder.Scalar: _in_float32(a.remainder.Scalar),
+        a.remainder.Tensor: _int8_widened(a.remainder.Tensor, _in_float32(a.remainder.Tensor)),
+        a.remainder.Scalar: _int8_widened(a.remainder.Scalar, _in_float32(a.remainder.Scalar)),
+        a.arange.start_step: _arange_small_int,
     }
     for name in _FLOAT64_FORMULAS:
         op = getattr(a, name).default
