@@ -74,3 +74,60 @@ pub(super) fn takes(
     let positions: i64 = out_spatial.iter().product();
     !reversed && lhs_dilation.iter().all(|&d| d == 1) && taps >= MIN_TAPS && taps >= positions
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{rewrite_host_conv, HostConvPolicy};
+    use super::WeightGradRoute;
+    use crate::{parse_module, print_module, PrintOptions};
+
+    /// ResNet-50's 3×3 64@56 weight gradient (batch 8, as torch_xla spells
+    /// it: 2³⁰ multiply-adds) and a 1×1 64→256 one over a 28² map.
+    const WGRADS: &str = r#"func.func public @main(%x: tensor<8x64x56x56xf32>, %dy: tensor<8x64x56x56xf32>, %x2: tensor<8x64x28x28xf32>, %dy2: tensor<8x256x28x28xf32>) -> (tensor<3x3x64x64xf32>, tensor<1x1x64x256xf32>) {
+  %0 = stablehlo.convolution(%x, %dy) dim_numbers = [f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f], window = {stride = [1, 1], pad = [[1, 1], [1, 1]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x56x56xf32>, tensor<8x64x56x56xf32>) -> tensor<3x3x64x64xf32>
+  %1 = stablehlo.convolution(%x2, %dy2) dim_numbers = [f, b, 0, 1]x[i, o, 0, 1]->[0, 1, b, f], window = {stride = [1, 1], pad = [[0, 0], [0, 0]], lhs_dilate = [1, 1], rhs_dilate = [1, 1], reverse = [false, false]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<8x64x28x28xf32>, tensor<8x256x28x28xf32>) -> tensor<1x1x64x256xf32>
+  return %0, %1 : tensor<3x3x64x64xf32>, tensor<1x1x64x256xf32>
+}"#;
+
+    fn routed(route: WeightGradRoute) -> String {
+        let mut m = parse_module(WGRADS).expect("parse");
+        let policy = HostConvPolicy::default()
+            .with_onednn(true)
+            .with_wgrad(route);
+        rewrite_host_conv(&mut m, &policy);
+        let out = print_module(&m, &PrintOptions::default());
+        parse_module(&out).expect("rewritten module parses back");
+        out
+    }
+
+    #[test]
+    fn weight_gradients_follow_the_route() {
+        // Default: XLA's convolution for the 3×3, batched products for the 1×1.
+        let out = routed(WeightGradRoute::Xla);
+        assert_eq!(out.matches("stablehlo.convolution").count(), 1, "{out}");
+        assert!(out.contains("stablehlo.dot_general"), "{out}");
+        assert!(!out.contains("@hlobridge_conv("), "{out}");
+        // host: the 3×3 on the host kernel, the 1×1 still products.
+        let out = routed(WeightGradRoute::Host);
+        assert_eq!(out.matches("@hlobridge_conv(").count(), 1, "{out}");
+        assert!(out.contains("stablehlo.dot_general"), "{out}");
+        assert!(!out.contains("stablehlo.convolution"), "{out}");
+        // all: both on the host kernel.
+        let out = routed(WeightGradRoute::HostAll);
+        assert_eq!(out.matches("@hlobridge_conv(").count(), 2, "{out}");
+        assert!(!out.contains("stablehlo.dot_general"), "{out}");
+    }
+
+    #[test]
+    fn takes_only_the_kernels_forms() {
+        use super::takes;
+        assert!(takes(&[56, 56], &[3, 3], &[1, 1], false));
+        assert!(!takes(&[56, 56], &[3, 3], &[2, 2], false), "lhs dilation");
+        assert!(!takes(&[56, 56], &[3, 3], &[1, 1], true), "reversed");
+        assert!(!takes(&[14, 14], &[3, 3], &[1, 1], false), "under 256 taps");
+        assert!(
+            !takes(&[3, 3], &[56, 56], &[1, 1], false),
+            "a forward convolution"
+        );
+    }
+}
