@@ -50,7 +50,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -70,6 +70,20 @@ _Tensor = torch.Tensor
 __all__ = ["TrainStep", "compile_train_step"]
 
 _counter = itertools.count()
+
+
+@contextlib.contextmanager
+def _compiling() -> Iterator[None]:
+    """``torch.compiler.is_compiling()`` is true while the step is traced, as
+    under Dynamo and ``torch.export``: model code that checks it takes its
+    compile-friendly path (transformers' mixture-of-experts layers otherwise
+    read ``data_ptr()`` of the traced tensors, which fake tensors refuse)."""
+    old = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = old
 
 
 @dataclass
@@ -460,6 +474,7 @@ class TrainStep:
         def trace(args: list[Any]) -> torch.fx.GraphModule:
             try:
                 with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False), \
+                        _compiling(), \
                         (paused_gc() if dims is not None else contextlib.nullcontext()):
                     raw = make_fx(step, decomposition_table=decompositions(),
                                   tracing_mode=mode)(*args)
