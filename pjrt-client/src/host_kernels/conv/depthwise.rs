@@ -618,9 +618,9 @@ fn axpy_blocks<T: ConvElement, const NB: usize>(
 /// `HLOBRIDGE_CONV_DW_WGRAD=elements` does.
 static DOT_ELEMENT_OUTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// For timing tests: see [`DOT_ELEMENT_OUTER`].
-#[doc(hidden)]
-pub fn set_dot_element_outer_for_tests(on: bool) {
+/// For tests: see [`DOT_ELEMENT_OUTER`].
+#[cfg(test)]
+pub(super) fn set_dot_element_outer_for_tests(on: bool) {
     DOT_ELEMENT_OUTER.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 

@@ -754,7 +754,8 @@ fn weight_gradients_match_float64() {
         )
     };
     // (config, x [N, C, H, W], dy [N, O, OH, OW], dW [KH, KW, C, O])
-    let cases: Vec<(ConvConfig, [i64; 4], [i64; 4], [i64; 4])> = vec![
+    type Case = (ConvConfig, [i64; 4], [i64; 4], [i64; 4]);
+    let cases: Vec<Case> = vec![
         (wg(1, (1, 1)), [3, 5, 17, 17], [3, 7, 17, 17], [3, 3, 5, 7]),
         (wg(2, (1, 1)), [3, 5, 33, 33], [3, 7, 17, 17], [3, 3, 5, 7]),
         (wg(2, (1, 0)), [2, 4, 34, 34], [2, 6, 17, 17], [3, 3, 4, 6]),
