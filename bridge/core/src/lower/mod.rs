@@ -67,18 +67,20 @@ impl HostLowering {
     /// program lowered differently must not share a cache entry).
     pub fn cache_tag(&self) -> String {
         let conv = match self.conv {
-            Some(p) => format!(
-                "host_conv.v{}:{}:{}{}",
-                host_conv::REWRITE_VERSION,
-                p.min_work,
-                p.xla_from_work.unwrap_or(0),
-                match (p.onednn, p.onednn_channels_last) {
-                    (false, _) => "",
-                    (true, false) => ":onednn",
-                    (true, true) if p.onednn_fuse => ":onednn:nhwc:fuse",
-                    (true, true) => ":onednn:nhwc",
-                },
-            ) + p.wgrad.tag(),
+            Some(p) => {
+                format!(
+                    "host_conv.v{}:{}:{}{}",
+                    host_conv::REWRITE_VERSION,
+                    p.min_work,
+                    p.xla_from_work.unwrap_or(0),
+                    match (p.onednn, p.onednn_channels_last) {
+                        (false, _) => "",
+                        (true, false) => ":onednn",
+                        (true, true) if p.onednn_fuse => ":onednn:nhwc:fuse",
+                        (true, true) => ":onednn:nhwc",
+                    },
+                ) + p.wgrad.tag()
+            }
             None => String::new(),
         };
         let gemm = match self.gemm {
