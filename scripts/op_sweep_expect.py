@@ -18,6 +18,7 @@ ways).
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -141,6 +142,21 @@ _DEFAULT_CLASS = {"wrong": "wrong-number", "named": "named-error", "dynamo": "gr
                   "crash": "unnamed-error", "timeout": "timeout"}
 
 
+_ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
+_HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
+_PATH = re.compile(r"(?:/[^\s\"'/:,<>()]+)+/([^\s\"'/:,<>()]+)")
+
+
+def normalize(msg: str) -> str:
+    """A message with what varies between processes taken out, so that one
+    cause groups as one row: object addresses (``<code object f at 0x7f..>``)
+    dropped, other long hex numbers shown as ``0x?``, and absolute paths cut
+    to their file name (``.../contextlib.py``)."""
+    m = _ADDR.sub("", " ".join(msg.split()))
+    m = _HEX.sub("0x?", m)
+    return _PATH.sub(r".../\1", m)
+
+
 def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -163,7 +179,7 @@ def merge_new(rows: Iterable[dict[str, Any]], path: Path = DEFAULT_PATH) -> int:
         if e is None:
             worst = min(rs, key=lambda r: FAILURES.index(r["status"]))
             entries[key] = Entry(*key, _DEFAULT_CLASS[worst["status"]],
-                                 " ".join(worst.get("detail", "").split())[:160], samples)
+                                 normalize(worst.get("detail", ""))[:160], samples)
             changed += 1
         elif e.samples is not None and not set(samples) <= set(e.samples):
             e.samples = tuple(sorted(set(e.samples) | set(samples)))
@@ -204,7 +220,7 @@ def refresh(rows: Iterable[dict[str, Any]], path: Path = DEFAULT_PATH) -> tuple[
         if failing and not statuses & set(CLASSES[e.cls]):
             worst = min(failing, key=lambda r: FAILURES.index(r["status"]))
             cls = _DEFAULT_CLASS[worst["status"]]
-            e.reason = " ".join(worst.get("detail", "").split())[:160]
+            e.reason = normalize(worst.get("detail", ""))[:160]
         if cls != e.cls or (old is not None and samples != old):
             e.cls = cls
             e.samples = samples if old is not None else None

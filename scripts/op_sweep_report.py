@@ -4,13 +4,13 @@ kept) from the sweep's sample rows, ours and inductor's."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import op_sweep_expect as expect
+from op_sweep_expect import normalize
 
 MARK = "## Sweep results"
 COLS = ("pass", "named", "dynamo", "crash", "wrong", "timeout", "skip")
@@ -105,21 +105,6 @@ def _failures(rows: list[dict[str, Any]], status: str, entries: dict[expect.Key,
     if len(sel) > limit:
         out.append(f"| ... | | | | | {len(sel) - limit} more in the jsonl |")
     return out + [""]
-
-
-_ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
-_HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
-_PATH = re.compile(r"(?:/[^\s\"'/:,<>()]+)+/([^\s\"'/:,<>()]+)")
-
-
-def normalize(msg: str) -> str:
-    """A message with what varies between processes taken out, so that one
-    cause groups as one row: object addresses (``<code object f at 0x7f..>``)
-    dropped, other long hex numbers shown as ``0x?``, and absolute paths cut
-    to their file name (``.../contextlib.py``)."""
-    m = _ADDR.sub("", " ".join(msg.split()))
-    m = _HEX.sub("0x?", m)
-    return _PATH.sub(r".../\1", m)
 
 
 def _grouped(rows: list[dict[str, Any]], status: str, limit: int = 40) -> list[str]:
