@@ -264,14 +264,86 @@ pub trait GemmElement: Copy + Default + Send + Sync {
         c: *mut Self,
         rsc: isize,
         csc: isize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            Self::product(
+                kernel, false, m, k, n, a, rsa, csa, b, rsb, csb, c, rsc, csc,
+            )
+        }
+    }
+
+    /// `C += A·B` in the process's kernel: the convolution's weight
+    /// gradient accumulates its chunks this way.
+    ///
+    /// # Safety
+    /// As for [`GemmElement::mul`]; `c` must also be initialized.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn mul_acc(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
+    ) {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            Self::product(
+                Kernel::from_env(),
+                true,
+                m,
+                k,
+                n,
+                a,
+                rsa,
+                csa,
+                b,
+                rsb,
+                csb,
+                c,
+                rsc,
+                csc,
+            )
+        }
+    }
+
+    /// `C = A·B`, or `C += A·B` with `accumulate`, in `kernel`.
+    ///
+    /// # Safety
+    /// As for [`GemmElement::mul`]; with `accumulate`, `c` must be
+    /// initialized.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn product(
+        kernel: Kernel,
+        accumulate: bool,
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        c: *mut Self,
+        rsc: isize,
+        csc: isize,
     );
 }
 
 macro_rules! gemm_element {
     ($t:ty, $mm:path) => {
         impl GemmElement for $t {
-            unsafe fn mul_in(
+            unsafe fn product(
                 kernel: Kernel,
+                accumulate: bool,
                 m: usize,
                 k: usize,
                 n: usize,
@@ -285,17 +357,19 @@ macro_rules! gemm_element {
                 rsc: isize,
                 csc: isize,
             ) {
-                if m == 0 || n == 0 {
+                if m == 0 || n == 0 || (accumulate && k == 0) {
                     return;
                 }
+                let beta: $t = if accumulate { 1.0 } else { 0.0 };
                 if kernel == Kernel::MatrixMultiply || k == 0 {
                     // SAFETY: forwarded from the caller's contract
-                    // (`matrixmultiply` writes zeros for the empty sum).
-                    unsafe { $mm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 0.0, c, rsc, csc) }
+                    // (`matrixmultiply` writes zeros for the empty sum,
+                    // and reads `c` only with beta 1).
+                    unsafe { $mm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
                 } else {
                     // SAFETY: forwarded from the caller's contract. The
-                    // crate computes `dst = alpha·dst + beta·lhs·rhs`;
-                    // with `read_dst` false it never reads `c`.
+                    // crate computes `dst = alpha·dst + beta·lhs·rhs` and
+                    // reads `c` only with `read_dst` (accumulating).
                     unsafe {
                         gemm::gemm(
                             m,
@@ -304,14 +378,14 @@ macro_rules! gemm_element {
                             c,
                             csc,
                             rsc,
-                            false,
+                            accumulate,
                             a,
                             csa,
                             rsa,
                             b,
                             csb,
                             rsb,
-                            0.0,
+                            beta,
                             1.0,
                             false,
                             false,

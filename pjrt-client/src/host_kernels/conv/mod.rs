@@ -494,7 +494,7 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
 
 /// Element types the convolution runs in.
 pub trait ConvElement:
-    GemmElement + wgrad::AccGemm + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
+    GemmElement + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
 {
 }
 impl ConvElement for f32 {}

@@ -35,7 +35,6 @@
 use super::config::row_major_strides;
 use super::{alloc_vec, output_size, ConvConfig, ConvElement};
 use crate::host_kernels::frame::BufferView;
-use crate::host_kernels::gemm::Kernel;
 use std::sync::Arc;
 
 /// Fewest window taps for this kernel: with fewer (a weight gradient over
@@ -296,89 +295,6 @@ impl WgradPlan {
     }
 }
 
-/// `C += A·B` in the host GEMM library, for the element types the
-/// convolution runs in.
-pub trait AccGemm: Copy + Default + Send + Sync + 'static {
-    /// `c[m×n] += a[m×k] · b[k×n]`, strides in elements.
-    ///
-    /// # Safety
-    /// The pointers and strides must describe valid matrices, `c` must not
-    /// overlap `a` or `b`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn mul_acc(
-        m: usize,
-        k: usize,
-        n: usize,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
-}
-
-macro_rules! acc_gemm {
-    ($t:ty, $mm:path) => {
-        impl AccGemm for $t {
-            unsafe fn mul_acc(
-                m: usize,
-                k: usize,
-                n: usize,
-                a: *const $t,
-                rsa: isize,
-                csa: isize,
-                b: *const $t,
-                rsb: isize,
-                csb: isize,
-                c: *mut $t,
-                rsc: isize,
-                csc: isize,
-            ) {
-                if m == 0 || n == 0 || k == 0 {
-                    return;
-                }
-                if Kernel::from_env() == Kernel::MatrixMultiply {
-                    // SAFETY: forwarded from the caller's contract.
-                    unsafe { $mm(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, 1.0, c, rsc, csc) }
-                } else {
-                    // SAFETY: forwarded from the caller's contract; the
-                    // crate computes `dst = alpha·dst + beta·lhs·rhs` and
-                    // reads `dst` (`read_dst`).
-                    unsafe {
-                        gemm::gemm(
-                            m,
-                            n,
-                            k,
-                            c,
-                            csc,
-                            rsc,
-                            true,
-                            a,
-                            csa,
-                            rsa,
-                            b,
-                            csb,
-                            rsb,
-                            1.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        )
-                    }
-                }
-            }
-        }
-    };
-}
-acc_gemm!(f32, matrixmultiply::sgemm);
-acc_gemm!(f64, matrixmultiply::dgemm);
-
 /// How one call is cut: row chunks of `chunk_rows`, each over `splits`
 /// parts of the contraction (`split_k` columns each).
 #[derive(Debug, Clone, Copy)]
@@ -430,7 +346,7 @@ struct Ctx {
 /// # Safety
 /// `x`, `w`, `y` must be row-major buffers of the dims the plan was built
 /// from, and `y` must not overlap `x` or `w`.
-pub(crate) unsafe fn run<T: ConvElement + AccGemm>(
+pub(crate) unsafe fn run<T: ConvElement>(
     plan: &WgradPlan,
     x: &BufferView<'_>,
     w: &BufferView<'_>,
@@ -535,7 +451,7 @@ impl Ctx {
     ///
     /// # Safety
     /// See [`run`].
-    unsafe fn chunk<T: ConvElement + AccGemm>(&self, i: usize) {
+    unsafe fn chunk<T: ConvElement>(&self, i: usize) {
         // SAFETY: see the caller.
         let plan = unsafe { &*(self.plan as *const WgradPlan) };
         let cut = self.cut;
