@@ -149,23 +149,7 @@ impl ConvPlan {
         if c != ki * fg || ko % (fg * bg) != 0 || n % bg != 0 || on != n / bg || of != ko {
             return Err(bad());
         }
-        let ins: Vec<i64> = (0..nsp).map(|i| lhs[cfg.lhs[2 + i]]).collect();
-        let ks: Vec<i64> = (0..nsp).map(|i| rhs[cfg.rhs[2 + i]]).collect();
-        let os: Vec<i64> = (0..nsp).map(|i| out[cfg.out[2 + i]]).collect();
-        for i in 0..nsp {
-            let want = output_size(
-                ins[i],
-                ks[i],
-                cfg.stride[i],
-                cfg.pad_lo[i],
-                cfg.pad_hi[i],
-                cfg.lhs_dilation[i],
-                cfg.rhs_dilation[i],
-            );
-            if want != Some(os[i]) {
-                return Err(bad());
-            }
-        }
+        let (ins, ks, os) = config::spatial_sizes(cfg, lhs, rhs, out).ok_or_else(bad)?;
         let (ls, rs, ys) = (
             row_major_strides(lhs),
             row_major_strides(rhs),

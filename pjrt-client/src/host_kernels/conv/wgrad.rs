@@ -32,8 +32,8 @@
 //! `HLOBRIDGE_CONV_WGRAD=host` (docs/host_conv.md); smaller ones reach the
 //! kernel through the host-kernel routing.
 
-use super::config::row_major_strides;
-use super::{alloc_vec, output_size, ConvConfig, ConvElement};
+use super::config::{row_major_strides, spatial_sizes};
+use super::{alloc_vec, ConvConfig, ConvElement};
 use crate::host_kernels::frame::BufferView;
 use std::sync::Arc;
 
@@ -114,23 +114,8 @@ impl WgradPlan {
         if n != ki || out[cfg.out[0]] != b || out[cfg.out[1]] != ko {
             return None;
         }
-        let ins: Vec<i64> = (0..nsp).map(|i| lhs[cfg.lhs[2 + i]]).collect();
-        let ks: Vec<i64> = (0..nsp).map(|i| rhs[cfg.rhs[2 + i]]).collect();
-        let os: Vec<i64> = (0..nsp).map(|i| out[cfg.out[2 + i]]).collect();
-        for i in 0..nsp {
-            let want = output_size(
-                ins[i],
-                ks[i],
-                cfg.stride[i],
-                cfg.pad_lo[i],
-                cfg.pad_hi[i],
-                1,
-                cfg.rhs_dilation[i],
-            );
-            if want != Some(os[i]) {
-                return None;
-            }
-        }
+        // lhs dilation is 1 here (checked above).
+        let (ins, ks, os) = spatial_sizes(cfg, lhs, rhs, out)?;
         let positions = os
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d as usize))?;
