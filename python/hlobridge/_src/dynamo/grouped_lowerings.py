@@ -74,9 +74,9 @@ rounds after every operation."""
 
 
 def _call(name: str, fn: Callable[..., Any], *tensors: torch.Tensor, **static: Any) -> list[Any]:
-    from hlobridge._src.dynamo.jax_lowerings import _call_jax
+    from hlobridge._src.dynamo.jax_segment import jax_segment
 
-    return _call_jax(name, fn, *tensors, **static)
+    return jax_segment(name, fn, *tensors, **static)
 
 
 # -- histc -----------------------------------------------------------------------

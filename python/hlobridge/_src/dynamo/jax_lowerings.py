@@ -41,33 +41,11 @@ from typing import Any
 
 import torch
 
+from hlobridge._src.dynamo.jax_segment import jax_segment
+
 __all__ = ["jax_lowerings"]
 
 aten = torch.ops.aten
-
-# -- call_jax helper -----------------------------------------------------------
-
-
-def _call_jax(name: str, fn: Callable[..., Any], *tensors: torch.Tensor,
-              **static: Any) -> list[torch.Tensor]:
-    """``fn(*arrays, **static)`` as one ``hlobridge::call_jax`` node (static
-    arguments are part of the registered function's identity)."""
-    import torch.utils._pytree as pytree
-
-    from hlobridge._src import custom_op
-
-    frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                          for k, v in static.items()))
-
-    def main(*arrays: Any) -> Any:
-        return fn(*arrays, **dict(frozen))
-
-    main.__name__ = main.__qualname__ = f"aten.{name}"
-    spec = pytree.tree_flatten((tuple(tensors), {}))[1]
-    key = custom_op.register(main, spec, tuple(None for _ in tensors),
-                             fn_identity=("hlobridge.jax_lowerings", name, frozen))
-    out = torch.ops.hlobridge.call_jax(key, list(tensors))
-    return list(out)
 
 
 def _float(x: torch.Tensor) -> torch.Tensor:
@@ -174,7 +152,7 @@ def _logcumsumexp_real(x: torch.Tensor, dim: int) -> Any:
         return x.clone()
     import jax
 
-    return _call_jax("_logcumsumexp", lambda a, axis: jax.lax.cumlogsumexp(a, axis=axis), x,
+    return jax_segment("_logcumsumexp", lambda a, axis: jax.lax.cumlogsumexp(a, axis=axis), x,
                      axis=dim % x.dim())[0]
 
 
@@ -244,7 +222,7 @@ def _conj_physical(x: torch.Tensor) -> Any:
         return NotImplemented
     import jax.numpy as jnp
 
-    return _call_jax("conj_physical", lambda a: jnp.conj(a), x)[0]
+    return jax_segment("conj_physical", lambda a: jnp.conj(a), x)[0]
 
 
 def _complex(re: torch.Tensor, im: torch.Tensor) -> Any:
@@ -254,7 +232,7 @@ def _complex(re: torch.Tensor, im: torch.Tensor) -> Any:
     import jax
 
     re, im = torch.broadcast_tensors(re, im)
-    return _call_jax("complex", lambda a, b: jax.lax.complex(a, b), re, im)[0]
+    return jax_segment("complex", lambda a, b: jax.lax.complex(a, b), re, im)[0]
 
 
 def _polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
@@ -268,7 +246,7 @@ def _polar(r: torch.Tensor, theta: torch.Tensor) -> Any:
     import jax.numpy as jnp
 
     r, theta = torch.broadcast_tensors(r, theta)
-    return _call_jax("polar", lambda a, t: jax.lax.complex(a * jnp.cos(t), a * jnp.sin(t)),
+    return jax_segment("polar", lambda a, t: jax.lax.complex(a * jnp.cos(t), a * jnp.sin(t)),
                      r, theta)[0]
 
 
@@ -286,7 +264,7 @@ def _cholesky_ex(a: torch.Tensor, upper: bool = False, check_errors: bool = Fals
         return a.clone(), torch.zeros(a.shape[:-2], dtype=torch.int32, device=a.device)
     factor = aten.cholesky.default(a, upper)
     # LAPACK reads one triangle: the lower one of A^H for upper=True.
-    info = _call_jax("linalg_cholesky_ex.info", _cholesky_info, a.mH if upper else a)[0]
+    info = jax_segment("linalg_cholesky_ex.info", _cholesky_info, a.mH if upper else a)[0]
     return factor, info
 
 
@@ -377,7 +355,7 @@ def _fft_r2c(x: torch.Tensor, dim: list[int], normalization: int, onesided: bool
         return jnp.fft.fftn(a.astype(jnp.result_type(a, jnp.complex64)), axes=axes, norm=norm)
 
     dims = tuple(d % x.dim() for d in dim)
-    return _call_jax("_fft_r2c", r2c, x, axes=dims, norm=_FORWARD_NORM[normalization],
+    return jax_segment("_fft_r2c", r2c, x, axes=dims, norm=_FORWARD_NORM[normalization],
                      onesided=onesided)[0]
 
 
@@ -390,7 +368,7 @@ def _fft_c2r(x: torch.Tensor, dim: list[int], normalization: int, last_dim_size:
     sizes = tuple(x.shape[d] for d in dims[:-1]) + (last_dim_size,)
     # irfftn reads only the first last_dim_size // 2 + 1 entries of the last
     # axis, as aten's c2r (which ignores the rest of a longer input).
-    return _call_jax("_fft_c2r", lambda a, s, axes, norm: jnp.fft.irfftn(a, s=s, axes=axes,
+    return jax_segment("_fft_c2r", lambda a, s, axes, norm: jnp.fft.irfftn(a, s=s, axes=axes,
                                                                           norm=norm),
                      x, s=sizes, axes=dims, norm=_INVERSE_NORM[normalization])[0]
 
@@ -405,7 +383,7 @@ def _fft_c2c(x: torch.Tensor, dim: list[int], normalization: int, forward: bool)
 
     dims = tuple(d % x.dim() for d in dim)
     norm = (_FORWARD_NORM if forward else _INVERSE_NORM)[normalization]
-    return _call_jax("_fft_c2c", c2c, x, axes=dims, norm=norm, forward=forward)[0]
+    return jax_segment("_fft_c2c", c2c, x, axes=dims, norm=norm, forward=forward)[0]
 
 
 # -- JAX lowerings: special functions ------------------------------------------
@@ -418,7 +396,7 @@ def _unary_jax(name: str, jax_fn: Callable[[], Callable[..., Any]]) -> Callable[
         xf = _float(x)
         if not _jax_dtype_ok(xf):
             return NotImplemented
-        return _call_jax(name, lambda a: jax_fn()(a), xf)[0]
+        return jax_segment(name, lambda a: jax_fn()(a), xf)[0]
     return lower
 
 
@@ -433,7 +411,7 @@ def _binary_jax(name: str, jax_fn: Callable[[], Callable[..., Any]]) -> Callable
         if dt not in (torch.float32, torch.float64):
             return NotImplemented
         a, b = torch.broadcast_tensors(a.to(dt), b.to(dt))
-        return _call_jax(name, lambda x, y: jax_fn()(x, y), a, b)[0]
+        return jax_segment(name, lambda x, y: jax_fn()(x, y), a, b)[0]
     return lower
 
 
@@ -456,7 +434,7 @@ def _signbit(x: torch.Tensor) -> Any:
         return NotImplemented
     import jax.numpy as jnp
 
-    return _call_jax("signbit", lambda a: jnp.signbit(a), x)[0]
+    return jax_segment("signbit", lambda a: jnp.signbit(a), x)[0]
 
 
 def _copysign_scalar(a: torch.Tensor, other: Any) -> Any:
@@ -472,7 +450,7 @@ def _frexp(x: torch.Tensor) -> Any:
         return NotImplemented
     import jax.numpy as jnp
 
-    m, e = _call_jax("frexp", lambda a: jnp.frexp(a), x)
+    m, e = jax_segment("frexp", lambda a: jnp.frexp(a), x)
     return m, e.to(torch.int32)
 
 
@@ -570,7 +548,7 @@ def _polygamma(n: int, x: torch.Tensor) -> Any:
 
 
 def _zeta_jax_call(s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return _call_jax("special_zeta", _zeta_jax, s, q)[0]
+    return jax_segment("special_zeta", _zeta_jax, s, q)[0]
 
 
 def _digamma_jax(x: Any) -> Any:
@@ -632,7 +610,7 @@ def _searchsorted(seq: torch.Tensor, values: Any, *, out_int32: bool = False,
         out = jax.vmap(one)(s.reshape(-1, s.shape[-1]), v.reshape(-1, v.shape[-1]))
         return out.reshape(*lead, v.shape[-1])
 
-    idx = _call_jax("searchsorted", ss, seq, values, side="right" if use_right else "left")[0]
+    idx = jax_segment("searchsorted", ss, seq, values, side="right" if use_right else "left")[0]
     return idx.to(torch.int32 if out_int32 else torch.int64)
 
 
