@@ -74,10 +74,11 @@ _counter = itertools.count()
 
 @contextlib.contextmanager
 def _compiling() -> Iterator[None]:
-    """``torch.compiler.is_compiling()`` is true while the step is traced, as
-    under Dynamo and ``torch.export``: model code that checks it takes its
-    compile-friendly path (transformers' mixture-of-experts layers otherwise
-    read ``data_ptr()`` of the traced tensors, which fake tensors refuse)."""
+    """``torch.compiler.is_compiling()`` is true while the step's forward and
+    loss are traced, as under Dynamo and ``torch.export``: model code that
+    checks it takes its compile-friendly path (transformers'
+    mixture-of-experts layers otherwise read ``data_ptr()`` of the traced
+    tensors, which fake tensors refuse)."""
     old = torch.compiler._is_compiling_flag
     torch.compiler._is_compiling_flag = True
     try:
@@ -369,10 +370,13 @@ class TrainStep:
         ac = structure[1]
 
         def run_loss(forward: Any, batch: Any) -> Any:
-            if ac is None:
-                return loss_fn(forward, *batch)
-            with torch.autocast("cpu", dtype=ac[1]):
-                return loss_fn(forward, *batch)
+            # Only the model's own code sees is_compiling(): the backward,
+            # the optimizer and the functionalizing pass trace as before.
+            with _compiling():
+                if ac is None:
+                    return loss_fn(forward, *batch)
+                with torch.autocast("cpu", dtype=ac[1]):
+                    return loss_fn(forward, *batch)
 
         def step(*xs: Any) -> list[torch.Tensor]:
             params = dict(zip(pnames, xs[:n_p]))
@@ -474,7 +478,6 @@ class TrainStep:
         def trace(args: list[Any]) -> torch.fx.GraphModule:
             try:
                 with sdpa_kernel([SDPBackend.MATH]), torch.autocast("cpu", enabled=False), \
-                        _compiling(), \
                         (paused_gc() if dims is not None else contextlib.nullcontext()):
                     raw = make_fx(step, decomposition_table=decompositions(),
                                   tracing_mode=mode)(*args)
