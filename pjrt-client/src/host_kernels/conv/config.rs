@@ -44,3 +44,13 @@ pub(super) fn spatial_sizes(
     }
     Some((ins, ks, os))
 }
+
+/// Writes the row-major multi-index of flat position `x` over `sizes`
+/// into `idx`.
+pub(super) fn unravel(mut x: usize, sizes: &[i64], idx: &mut [i64]) {
+    for i in (0..sizes.len()).rev() {
+        let s = sizes[i] as usize;
+        idx[i] = (x % s) as i64;
+        x /= s;
+    }
+}

@@ -48,6 +48,7 @@ pub use depthwise::DwPlan;
 pub use wgrad::WgradPlan;
 
 use config::row_major_strides;
+use config::unravel;
 pub use config::{output_size, ConvConfig};
 
 /// `XLA_FFI_DataType` of the config operand (XLA's `S64`).
@@ -170,13 +171,6 @@ impl ConvPlan {
             .ok_or("hlobridge_conv: window table too large")?;
         let mut tap_off = alloc_vec::<usize>(table, usize::MAX)?;
         let mut tap_rhs = alloc_vec::<usize>(taps, 0)?;
-        let unravel = |mut x: usize, sizes: &[i64], idx: &mut [i64]| {
-            for i in (0..sizes.len()).rev() {
-                let s = sizes[i] as usize;
-                idx[i] = (x % s) as i64;
-                x /= s;
-            }
-        };
         let mut kidx = vec![0i64; nsp];
         let mut oidx = vec![0i64; nsp];
         for (t, slot) in tap_rhs.iter_mut().enumerate() {

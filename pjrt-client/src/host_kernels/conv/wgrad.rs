@@ -32,7 +32,7 @@
 //! `HLOBRIDGE_CONV_WGRAD=host` (docs/host_conv.md); smaller ones reach the
 //! kernel through the host-kernel routing.
 
-use super::config::{row_major_strides, spatial_sizes};
+use super::config::{row_major_strides, spatial_sizes, unravel};
 use super::{alloc_vec, ConvConfig, ConvElement};
 use crate::host_kernels::frame::BufferView;
 use std::sync::Arc;
@@ -131,13 +131,6 @@ impl WgradPlan {
             row_major_strides(out),
         );
         // Taps must step evenly in the rhs (row-major window dims, in order).
-        let unravel = |mut x: usize, sizes: &[i64], idx: &mut [i64]| {
-            for i in (0..sizes.len()).rev() {
-                let s = sizes[i] as usize;
-                idx[i] = (x % s) as i64;
-                x /= s;
-            }
-        };
         let mut kidx = vec![0i64; nsp];
         let tap_rhs = |t: usize, kidx: &mut [i64]| -> usize {
             unravel(t, &ks, kidx);
