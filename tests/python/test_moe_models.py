@@ -17,8 +17,12 @@ All inputs are fresh random per run (``SEED`` from ``jax_compare``;
   different orders). Eager leaves rows/columns past ``offs[-1]``
   uninitialized: compared only where eager defines them; ours are zero.
 - ``transformers::grouped_mm_fallback`` (+ backward), the float path of
-  transformers under ``torch.compile``: float32 ``rtol=1e-5, atol=1e-6``,
-  float64 ``rtol=1e-12, atol=1e-14``.
+  transformers under ``torch.compile``: float32 ``rtol=1e-5, atol=3e-5``,
+  float64 ``rtol=1e-12, atol=5e-14``. The absolute part is the worst-case
+  summation-order bound ``K·u·Σ|a·b|`` of these sums (K ≤ 24 terms,
+  ``Σ|a·b|`` ≲ 10 for normal inputs, u the unit roundoff); results near
+  zero from cancellation differ by up to that between two correct orders
+  (1.1e-6 was seen in float32 against an earlier atol of 1e-6).
 - bfloat16 Mixtral (``aten._grouped_mm``, ``fullgraph=False``: transformers
   reads ``data_ptr()``): within 2x eager bfloat16's distance from float32
   plus one bfloat16 ulp.
@@ -52,8 +56,8 @@ import hlobridge as hb
 from jax_compare import SEED, fresh  # noqa: F401  (autouse: reseed, reset Dynamo)
 
 BF16_TOL = dict(rtol=1.6e-2, atol=1e-4)
-FALLBACK_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6),
-                torch.float64: dict(rtol=1e-12, atol=1e-14)}
+FALLBACK_TOL = {torch.float32: dict(rtol=1e-5, atol=3e-5),
+                torch.float64: dict(rtol=1e-12, atol=5e-14)}
 
 
 def _engines() -> list[str]:
