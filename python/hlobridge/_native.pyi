@@ -121,8 +121,10 @@ def compile(
     disk hit)."""
 
 def clear_compile_cache() -> int:
-    """Drop every cached executable; returns how many there were. The
-    persistent (disk) cache is left alone."""
+    """Drop the in-memory compile cache (its index and the recently used
+    programs it keeps alive); returns how many indexed programs were still
+    alive (held by callers, who keep them). The persistent (disk) cache is
+    left alone."""
 
 def compile_cache_info() -> dict[str, str | bool | int]:
     """The persistent compile cache: ``dir``, ``enabled``, ``entries`` and

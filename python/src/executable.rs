@@ -6,8 +6,9 @@
 //!
 //! The memory cache's key is the exact content (client, options, lowering,
 //! environment, text; a hash collision can never hand back the wrong
-//! program). Two modules with the same text share one compilation. It is
-//! unbounded; `clear_compile_cache()` drops it.
+//! program). Two modules with the same text share one compilation while
+//! either is held; the few most recently used are kept alive besides
+//! (`HLOBRIDGE_MEMORY_CACHE_ENTRIES`); `clear_compile_cache()` drops it.
 //!
 //! Lock rule (for every lock in this extension, and the service's): never
 //! emit a `tracing` event, call into Python, or drop anything whose
@@ -151,6 +152,9 @@ pub(crate) fn compile_error_to_py(e: CompileError) -> PyErr {
         e @ CompileError::TooFewDevices { .. } => {
             crate::errors::ArgumentError::new_err(e.to_string())
         }
+        e @ CompileError::MappingLimit { .. } => {
+            crate::errors::CompileError::new_err(e.to_string())
+        }
     }
 }
 
@@ -195,8 +199,9 @@ pub fn compile(
     ))
 }
 
-/// Drops every cached executable; returns how many there were. Executables
-/// still referenced from Python stay valid.
+/// Drops the memory cache (its index and the recently used programs it
+/// keeps alive); returns how many indexed programs were still alive.
+/// Executables still referenced from Python stay valid.
 #[pyfunction]
 pub fn clear_compile_cache() -> usize {
     hlobridge_compile::clear_memory_cache()

@@ -67,6 +67,27 @@ def checker(hlobridge_binary):
     c.close()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """After each test module, drop what keeps its compiled programs alive:
+    Dynamo's compiled frames (``torch._dynamo.reset()``), JAX's jit caches,
+    and hlobridge's per-function tables and memory cache
+    (``hb.clear_cache()``). Every loaded program holds memory mappings of
+    its code, and a Linux process has at most ``vm.max_map_count`` (65,530
+    by default): the whole suite in one process compiles more programs than
+    that allows if none is ever freed (``docs/compile_cache.md``)."""
+    yield
+    import gc
+
+    if "torch" in sys.modules:
+        sys.modules["torch"]._dynamo.reset()
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+    if "hlobridge" in sys.modules:
+        sys.modules["hlobridge"].clear_cache()
+    gc.collect()
+
+
 def _cpu_line() -> str:
     """The CPU model and its widest vector extension, from /proc/cpuinfo
     (empty where there is none)."""

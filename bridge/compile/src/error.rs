@@ -19,6 +19,17 @@ pub enum CompileError {
         /// The client's devices.
         available: usize,
     },
+    /// The plugin failed to compile while the process was at (or near) its
+    /// limit of memory mappings: every live program holds some.
+    #[error("the process uses {used} of its {limit} memory mappings (vm.max_map_count), and every loaded program holds some of its own: drop compiled programs that are no longer used (hlobridge.clear_cache() also drops the cache's own references), or raise vm.max_map_count; the plugin said: {source}")]
+    MappingLimit {
+        /// Mappings in use (lines of /proc/self/maps).
+        used: usize,
+        /// vm.max_map_count.
+        limit: usize,
+        /// The plugin's error.
+        source: Box<pjrt_client::Error>,
+    },
 }
 
 /// Result alias for this crate.

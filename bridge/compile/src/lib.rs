@@ -14,7 +14,9 @@
 //!    ([`hlobridge::lower::host_lowering_for`]); what was rewritten comes
 //!    back as a [`HostReport`] naming the kernels.
 //! 3. **Memory cache** (policy): one executable per client and content,
-//!    shared by every caller.
+//!    shared by every caller while any holds it, plus the most recently
+//!    used few (`HLOBRIDGE_MEMORY_CACHE_ENTRIES`): bounded, because each
+//!    live program holds memory mappings and Linux caps their number.
 //! 4. **Disk cache** (policy): the persistent cache
 //!    ([`pjrt_client::disk_cache`]), keyed by everything that changes the
 //!    generated code ([`key`]: options, lowering tag, [`ENV_INPUTS`],
@@ -30,13 +32,16 @@
 
 mod error;
 pub mod key;
+mod mappings;
 mod memory;
 mod policy;
 mod report;
 
 pub use error::{CompileError, Result};
 pub use key::{environment, snapshot_environment, ENV_INPUTS};
-pub use memory::{clear_memory_cache, forget_memory_cache_for_fork};
+pub use memory::{
+    clear_memory_cache, forget_memory_cache_for_fork, memory_cache_sizes, retained_capacity,
+};
 pub use policy::{CompilePolicy, DiskCacheMode, HostLoweringMode};
 pub use report::HostReport;
 
@@ -241,9 +246,20 @@ pub fn compile(
                 hook()?;
             }
             let t0 = Instant::now();
-            let (exe, host) = prepared.compile_with(text, |t| {
-                client.compile(&Program::mlir_text(t), &prepared.options)
-            })?;
+            let (exe, host) = prepared
+                .compile_with(text, |t| {
+                    client.compile(&Program::mlir_text(t), &prepared.options)
+                })
+                .map_err(|e| match (e, mappings::near_limit()) {
+                    (CompileError::Pjrt(source), Some((used, limit))) => {
+                        CompileError::MappingLimit {
+                            used,
+                            limit,
+                            source: Box::new(source),
+                        }
+                    }
+                    (e, _) => e,
+                })?;
             let c = Compiled {
                 exe,
                 fingerprint: fp,

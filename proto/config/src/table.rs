@@ -148,6 +148,10 @@ variables! {
             default "(detected: CPU vendor, model and ISA flags)",
             read_by [Rust, Tests],
             "Replaces the host identity in every compile-cache key (tests, or a cache shared by machines known to be identical).";
+        MemoryCacheEntries = "HLOBRIDGE_MEMORY_CACHE_ENTRIES",
+            default "32",
+            read_by [Rust],
+            "How many recently compiled or fetched programs the in-process memory cache keeps alive beyond those still in use (which it always shares with every caller). Each live program holds memory mappings of its code, and Linux limits a process to `vm.max_map_count` of them, so the cache is bounded. `0` keeps only programs in use. Read once per process.";
     }
     section "Host kernels" {
         HostKernels = "HLOBRIDGE_HOST_KERNELS",
