@@ -48,6 +48,15 @@ impl State {
         self.index.values().map(HashMap::len).sum()
     }
 
+    /// Indexed programs still alive (held by the cache or a caller).
+    fn live(&self) -> usize {
+        self.index
+            .values()
+            .flat_map(HashMap::values)
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+
     /// Moves `e` to the back of `recent` (pushing it if absent); returns the
     /// programs pushed out past `cap`, to be dropped after the lock.
     fn touch(&mut self, e: &Arc<Compiled>, cap: usize) -> Vec<Arc<Compiled>> {
@@ -160,12 +169,7 @@ fn insert_with(client: u64, content: Vec<u8>, compiled: Compiled, cap: usize) ->
 pub fn clear_memory_cache() -> usize {
     // Taken out under the lock, dropped after it.
     let old = std::mem::take(&mut *lock());
-    let n = old
-        .index
-        .values()
-        .flat_map(HashMap::values)
-        .filter(|w| w.strong_count() > 0)
-        .count();
+    let n = old.live();
     drop(old);
     n
 }
@@ -181,11 +185,5 @@ pub fn forget_memory_cache_for_fork() {
 /// of them the cache itself keeps alive.
 pub fn memory_cache_sizes() -> (usize, usize) {
     let s = lock();
-    let live = s
-        .index
-        .values()
-        .flat_map(HashMap::values)
-        .filter(|w| w.strong_count() > 0)
-        .count();
-    (live, s.recent.len())
+    (s.live(), s.recent.len())
 }

@@ -14,8 +14,10 @@ How a call works:
    for the runtime's platform and the StableHLO text is compiled through
    :func:`hlobridge._native.compile`, whose cache is keyed by the module's
    content (text + compile options). A function defined again with the same
-   body lowers to the same text and reuses the executable: a new function
-   object costs one lowering, never a second compilation.
+   body lowers to the same text and reuses the executable while another
+   holder keeps it, or while it is among the most recently used
+   (``HLOBRIDGE_MEMORY_CACHE_ENTRIES``): a new function object costs one
+   lowering, not a second compilation (past that, the disk cache loads it).
 4. Inputs are handed to PJRT as pointers; 64-byte aligned tensors (every
    fresh torch CPU allocation) are used in place, others are copied (and
    counted). Outputs come back as DLPack capsules: the returned tensors alias
