@@ -164,7 +164,7 @@ def test_torch_jax_torch_is_one_executable_without_graph_break() -> None:
     explain = torch._dynamo.explain(model)(x)
     assert explain.graph_count == 1 and explain.graph_break_count == 0
     torch._dynamo.reset()
-    n0 = len(hbd.compiled_graphs())
+    n0 = hbd.graphs_compiled()
     compiled = torch.compile(model, backend=hbd.backend, dynamic=False, fullgraph=True)
     out = compiled(x)
     receipt = hb.last_receipt()
@@ -172,7 +172,7 @@ def test_torch_jax_torch_is_one_executable_without_graph_break() -> None:
     twin.load_state_dict(model.state_dict())
     close(out, twin(x), OUT_TOL)
     out.sum().backward()
-    new = hbd.compiled_graphs()[n0:]
+    new = hbd.compiled_graphs(since=n0)
     assert [g.label.split()[0] for g in new] == ["forward", "backward"]
     for g in new:
         assert len(g.programs) == 1  # one signature -> one executable

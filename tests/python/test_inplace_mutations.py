@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from hlobridge import dynamo as hbd
-from hlobridge._src.dynamo.program import CompiledGraph, compiled_graphs
+from hlobridge._src.dynamo.program import CompiledGraph, compiled_graphs, graphs_compiled
 
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 OUT_TOL = dict(rtol=1e-4, atol=1e-5)
@@ -67,7 +67,7 @@ class Decoder(torch.nn.Module):
 def aliases(since: int) -> list[tuple[int, int]]:
     """The aliases of the programs of the graphs compiled after the first
     ``since`` (the graphs of this test)."""
-    return [a for g in compiled_graphs()[since:] for p in g.programs.values() for a in p.aliases]
+    return [a for g in compiled_graphs(since=since) for p in g.programs.values() for a in p.aliases]
 
 
 def returned_inputs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -88,7 +88,7 @@ def returned_inputs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_static_cache_is_updated_in_place_like_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     in_place = returned_inputs(monkeypatch)
-    before = len(compiled_graphs())
+    before = graphs_compiled()
     model = Decoder().eval()
     ref = Decoder().eval()
     ref.load_state_dict(model.state_dict())
@@ -118,7 +118,7 @@ def test_repeated_in_place_updates_accumulate_like_eager() -> None:
         x.mul_(0.5).add_(y)
         return x.sin() + y
 
-    before = len(compiled_graphs())
+    before = graphs_compiled()
     fn = torch.compile(f, backend=hbd.backend, dynamic=False)
     x = torch.randn(64, 32)
     x_ref = x.clone()

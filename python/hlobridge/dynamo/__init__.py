@@ -6,7 +6,12 @@
 from __future__ import annotations
 
 from hlobridge._src.dynamo.backend import backend, register
-from hlobridge._src.dynamo.program import CompiledGraph, StitchedSegment, compiled_graphs
+from hlobridge._src.dynamo.program import (
+    CompiledGraph,
+    StitchedSegment,
+    compiled_graphs,
+    graphs_compiled,
+)
 from hlobridge._src.errors import (
     CollectiveNotSupportedError,
     CompileBackendError,
@@ -27,5 +32,6 @@ __all__ = [
     "UnsupportedOpError",
     "backend",
     "compiled_graphs",
+    "graphs_compiled",
     "register",
 ]

@@ -52,7 +52,7 @@ from hlobridge._src.dtypes import BY_CODE as _BY_CODE, CODES as _CODES, PLAIN as
 from hlobridge._src.entry_cache import MISS as _MISS
 from hlobridge._src.receipt import Segment, cache_accounting, run_and_record
 
-__all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs", "dynamo_input_names",
+__all__ = ["StitchedSegment", "Program", "CompiledGraph", "compiled_graphs", "graphs_compiled", "dynamo_input_names",
            "name_inputs"]
 
 _perf = time.perf_counter
@@ -119,13 +119,30 @@ class Program:
 
 
 _registry_lock = threading.Lock()
-_graphs: list[CompiledGraph] = []
+_graphs: list[weakref.ref[CompiledGraph]] = []
+"""Weak references: the registry never keeps a graph (and its programs'
+executables, which hold memory mappings of their code) alive."""
+_graphs_made = 0
+"""How many graphs were compiled so far (the next one's ``seq``)."""
 
 
-def compiled_graphs() -> list[CompiledGraph]:
-    """Every graph the backend compiled in this process, oldest first."""
+def compiled_graphs(since: int = 0) -> list[CompiledGraph]:
+    """The graphs the backend compiled in this process that are still alive,
+    oldest first. A graph lives as long as what runs it (Dynamo's cache of
+    the compiled frame, a compiled model); after ``torch._dynamo.reset()``
+    or once its model is gone it is freed with its programs. ``since``: only
+    the graphs whose :attr:`CompiledGraph.seq` is at least that (take
+    :func:`graphs_compiled` before a call to get the graphs it compiled)."""
     with _registry_lock:
-        return list(_graphs)
+        live = [g for r in _graphs if (g := r()) is not None]
+    return [g for g in live if g.seq >= since]
+
+
+def graphs_compiled() -> int:
+    """How many graphs the backend has compiled in this process so far (the
+    :attr:`CompiledGraph.seq` the next one gets)."""
+    with _registry_lock:
+        return _graphs_made
 
 
 class CompiledGraph:
@@ -168,8 +185,13 @@ class CompiledGraph:
         self.mutations: list[tuple[int, int]] = []
         """``(output, input)``: graph output ``output`` is the new value of
         graph input ``input`` (:meth:`alias_mutated_inputs`)."""
+        global _graphs_made
         with _registry_lock:
-            _graphs.append(self)
+            self.seq: int = _graphs_made
+            """Order of compilation in this process (0 for the first graph)."""
+            _graphs_made += 1
+            _graphs[:] = [r for r in _graphs if r() is not None]
+            _graphs.append(weakref.ref(self))
 
     def alias_mutated_inputs(self, mutations: list[tuple[int, int]]) -> None:
         """Declare that graph output ``o`` is the new value of graph input
