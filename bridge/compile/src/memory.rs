@@ -70,6 +70,14 @@ impl State {
         self.recent.drain(..excess).collect()
     }
 
+    /// The live program indexed under `client` and `content`, if any.
+    fn lookup(&self, client: u64, content: &[u8]) -> Option<Arc<Compiled>> {
+        self.index
+            .get(&client)
+            .and_then(|m| m.get(content))
+            .and_then(Weak::upgrade)
+    }
+
     /// Drops index entries whose program has been freed.
     fn sweep(&mut self) {
         for m in self.index.values_mut() {
@@ -110,18 +118,10 @@ fn client_key(client: &Client) -> u64 {
 }
 
 pub(crate) fn get(client: &Client, content: &[u8]) -> Option<Arc<Compiled>> {
-    get_with(client_key(client), content, retained_capacity())
-}
-
-fn get_with(client: u64, content: &[u8], cap: usize) -> Option<Arc<Compiled>> {
     let (hit, evicted) = {
         let mut s = lock();
-        let hit = s
-            .index
-            .get(&client)
-            .and_then(|m| m.get(content))
-            .and_then(Weak::upgrade)?;
-        let evicted = s.touch(&hit, cap);
+        let hit = s.lookup(client_key(client), content)?;
+        let evicted = s.touch(&hit, retained_capacity());
         (hit, evicted)
     };
     drop(evicted);
@@ -129,18 +129,10 @@ fn get_with(client: u64, content: &[u8], cap: usize) -> Option<Arc<Compiled>> {
 }
 
 pub(crate) fn insert(client: &Client, content: Vec<u8>, compiled: Compiled) -> Arc<Compiled> {
-    insert_with(client_key(client), content, compiled, retained_capacity())
-}
-
-fn insert_with(client: u64, content: Vec<u8>, compiled: Compiled, cap: usize) -> Arc<Compiled> {
+    let client = client_key(client);
     let (entry, duplicate, evicted) = {
         let mut s = lock();
-        let live = s
-            .index
-            .get(&client)
-            .and_then(|m| m.get(&content))
-            .and_then(Weak::upgrade);
-        let (entry, duplicate) = match live {
+        let (entry, duplicate) = match s.lookup(client, &content) {
             // Compiled twice concurrently: every caller gets the first.
             Some(first) => (first, Some(compiled)),
             None => {
@@ -152,7 +144,7 @@ fn insert_with(client: u64, content: Vec<u8>, compiled: Compiled, cap: usize) ->
                 (e, None)
             }
         };
-        let evicted = s.touch(&entry, cap);
+        let evicted = s.touch(&entry, retained_capacity());
         if s.len() > 2 * s.swept_at.max(16) {
             s.sweep();
         }
