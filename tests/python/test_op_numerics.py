@@ -671,3 +671,46 @@ def test_arange_narrow_int_counts_in_int64(dtype: torch.dtype) -> None:
         def f(x: torch.Tensor, start: int = start, end: int = end, step: int = step) -> Any:
             return x + torch.arange(start, end, step, dtype=dtype)
         _check(f, (torch.zeros((), dtype=dtype),), False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_eval_batch_norm_backward_with_running_stats(dtype: torch.dtype) -> None:
+    """``_native_batch_norm_legit`` in eval mode with running statistics and
+    gradients on (the sweep's float64 sample 1): the op's schema mutates
+    the statistics, AOTAutograd writes them back after the forward, and the
+    decomposition returned the inputs themselves as the "new" statistics,
+    which the backward had saved: ``one of the variables needed for
+    gradient computation has been modified by an inplace operation``."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 2, 4, generator=g, dtype=dtype, requires_grad=True)
+    w = torch.randn(2, generator=g, dtype=dtype, requires_grad=True)
+    b = torch.randn(2, generator=g, dtype=dtype, requires_grad=True)
+    mean, var = torch.randn(2, generator=g, dtype=dtype), torch.rand(2, generator=g, dtype=dtype)
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor,
+          v: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._native_batch_norm_legit(x, w, b, m, v, False, -1.2, 1e-5)[0]
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="hlobridge", fullgraph=True, dynamic=False)
+    m1, v1 = mean.clone(), var.clone()
+    got = torch.autograd.grad(cf(x, w, b, m1, v1).square().sum(), (x, w, b))
+    want = torch.autograd.grad(f(x, w, b, mean, var).square().sum(), (x, w, b))
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, **tol)
+    assert torch.equal(m1, mean) and torch.equal(v1, var)  # eval: statistics unchanged
+
+
+def test_sparse_tensors_are_a_named_error() -> None:
+    """A graph that makes a sparse tensor is refused by name before
+    AOTAutograd (whose tracing of it failed with a bare
+    ``NotImplementedError`` when gradients are on)."""
+    from hlobridge.errors import UnsupportedOpError
+
+    x = torch.randn(5, 5, requires_grad=True)
+    torch._dynamo.reset()
+    cf = torch.compile(lambda x: torch.sparse.sum(x.to_sparse()), backend="hlobridge",
+                       fullgraph=True, dynamic=False)
+    with pytest.raises(UnsupportedOpError, match="sparse"):
+        cf(x)

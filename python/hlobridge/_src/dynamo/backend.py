@@ -78,6 +78,31 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     return pairs
 
 
+def _refuse_sparse(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+    """A named error for a graph that takes or makes a sparse tensor (COO,
+    CSR, ...): programs hold dense arrays only. Before AOTAutograd, whose
+    tracing of sparse tensors fails with a bare ``NotImplementedError`` (no
+    sparse ``as_strided``) where gradients are on."""
+    from hlobridge._src.errors import UnsupportedOpError
+
+    def sparse(v: Any) -> bool:
+        return isinstance(v, torch.Tensor) and v.layout != torch.strided
+
+    for i, x in enumerate(example_inputs):
+        if sparse(x):
+            raise UnsupportedOpError(f"hlobridge backend: graph input {i} is a sparse tensor "
+                                     f"({x.layout}); only dense (strided) tensors are supported")
+    for node in gm.graph.nodes:
+        val = node.meta.get("example_value")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        if any(sparse(v) for v in vals):
+            layout = next(v.layout for v in vals if sparse(v))
+            what = getattr(node.target, "__name__", node.target)
+            raise UnsupportedOpError(f"hlobridge backend: {what} ({node.op}) makes a sparse "
+                                     f"tensor ({layout}); only dense (strided) tensors are "
+                                     f"supported")
+
+
 @passes_through_dynamo  # an hlobridge error reaches the user by its own class
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
     """The Dynamo backend: AOTAutograd with hlobridge forward, backward and
@@ -92,6 +117,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) 
     # that would need a backward, are refused before AOTAutograd traces them
     # (docs/distributed.md).
     check_backend_collectives(gm)
+    _refuse_sparse(gm, example_inputs)
 
     # Core aten (the op set torch_xla lowers best) + training batch norm.
     decompositions = backend_decompositions()

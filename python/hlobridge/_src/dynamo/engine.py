@@ -329,6 +329,13 @@ def _batch_norm_functional(x: torch.Tensor, weight: torch.Tensor | None,
                            eps: float) -> tuple[torch.Tensor, ...]:
     aten = torch.ops.aten
     if not training:
+        # The "updated" statistics are copies, and the normalization reads
+        # them: AOTAutograd writes them back into the inputs after the
+        # forward (the op's schema mutates them), which must not touch a
+        # tensor the backward saved (eager's functional op returns fresh
+        # tensors too; returning the inputs themselves failed the backward
+        # with "modified by an inplace operation").
+        running_mean, running_var = running_mean.clone(), running_var.clone()
         out, mean, rstd = aten._native_batch_norm_legit_no_training.default(
             x, weight, bias, running_mean, running_var, momentum, eps)
         return out, mean, rstd, running_mean, running_var

@@ -653,6 +653,9 @@ def _table() -> dict[Any, Callable[..., Any]]:
     t[aten.linalg_solve_triangular.default] = _solve_triangular
     t[aten._cholesky_solve_helper.default] = _cholesky_solve_helper
     t[aten.cholesky_inverse.default] = _cholesky_inverse
+    # closed-form index arithmetic (arange, sqrt and floor in float64)
+    t[aten.triu_indices.default] = torch_decomp[aten.triu_indices.default]
+    t[aten.tril_indices.default] = torch_decomp[aten.tril_indices.default]
     # jax
     t[aten._logcumsumexp.default] = _logcumsumexp_real
     t[aten.logcumsumexp.default] = _logcumsumexp
@@ -690,5 +693,6 @@ def jax_lowerings() -> dict[Any, Callable[..., Any]]:
     # custom ops): grouped_lowerings.py; not cached, as transformers may
     # register its ops after the first compile.
     from hlobridge._src.dynamo.grouped_lowerings import grouped_lowerings
+    from hlobridge._src.dynamo.select_lowerings import select_lowerings
 
-    return dict(_table()) | grouped_lowerings()
+    return dict(_table()) | grouped_lowerings() | select_lowerings()
