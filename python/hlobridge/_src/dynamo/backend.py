@@ -95,8 +95,9 @@ def _refuse_sparse(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
     for node in gm.graph.nodes:
         val = node.meta.get("example_value")
         vals = val if isinstance(val, (list, tuple)) else [val]
-        if any(sparse(v) for v in vals):
-            layout = next(v.layout for v in vals if sparse(v))
+        first = next((v for v in vals if sparse(v)), None)
+        if first is not None:
+            layout = first.layout
             what = getattr(node.target, "__name__", node.target)
             raise UnsupportedOpError(f"hlobridge backend: {what} ({node.op}) makes a sparse "
                                      f"tensor ({layout}); only dense (strided) tensors are "

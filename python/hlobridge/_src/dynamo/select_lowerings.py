@@ -56,9 +56,9 @@ EXACT_MAX_N = 1024
 copied at each exchange (nested while loops), so its cost grows with
 the square of the slice length (a 2-core Xeon, the selection alone: 1.1 ms
 for 64 slices of 100, 62 ms for 64 of 1000, 8.8 s for 64 of 10000; eager
-0.5, 1.1, 32 ms). Longer slices keep
-torch_xla's sort-based lowering: the same values, and among tied values the
-first index in sorted order, which may differ from eager's."""
+0.5, 1.1, 32 ms). Longer slices keep torch_xla's sort-based lowering: the
+same values, and among tied values the first index in sorted order, which
+may differ from eager's."""
 
 
 def _quickselect(ranks: Any, *, k0: int) -> Any:
