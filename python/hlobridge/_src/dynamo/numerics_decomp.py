@@ -136,7 +136,7 @@ Unary float ops (``sin``, ``asin``, ``erfinv``, ``log``, ...) of integer/bool te
     torch computes in float32; torch_xla divided in the 16-bit type
     (``-5.28 // 1.05``: -5 instead of -6). Here: in float32.
 
-``_linalg_svd`` of a batch of matrices (``linalg.svd``, ``svdvals``,
+``linalg_svd`` of a batch of matrices (``linalg.svd``, ``svdvals``,
 ``matrix_norm('nuc')``, ``pinv``, ...)
     torch_xla's batched SVD gives the singular values the right data but a
     wrong shape to later ops: ``matrix_norm(x, 'nuc')`` of a (5, 5, 5) batch
@@ -170,17 +170,17 @@ import torch
 
 from hlobridge._src.dynamo import linalg_numerics
 from hlobridge._src.dynamo.numerics_dtypes import (
-    _FLOAT64_FORMULAS, _INT_TO_FLOAT, _arange_small_int, _atan2_promoted,
-    _conv_backward_half_bias, _float64_formula, _heaviside, _in_float32, _int8_widened,
-    _int_to_float, _isnan_exact, _repeat_empty, _sign_bool, _soft_margin_loss_backward,
+    FLOAT64_FORMULAS, INT_TO_FLOAT, arange_small_int, atan2_promoted,
+    conv_backward_half_bias, float64_formula, heaviside, in_float32, int8_widened,
+    int_to_float, isnan_exact, repeat_empty, sign_bool, soft_margin_loss_backward,
 )
 from hlobridge._src.dynamo.numerics_linalg import (
-    _abs_complex, _dist_half, _div_complex, _div_scalar_complex, _eigh, _inv_ex,
-    _linalg_svd, _logaddexp_complex, _logdet_empty, _slogdet, _vector_norm_complex,
+    abs_complex, dist_half, div_complex, div_scalar_complex, eigh, inv_ex,
+    linalg_svd, logaddexp_complex, logdet_empty, slogdet, vector_norm_complex,
 )
 from hlobridge._src.dynamo.numerics_reductions import (
-    _aminmax, _arg_extreme, _avg_pool_divisor, _complex_var, _cummax, _cumsum,
-    _extreme_all, _extreme_dim, _extreme_values, _with_int64_indices, complex_var_mean,
+    aminmax, arg_extreme, avg_pool_divisor, complex_var, cummax, cumsum,
+    extreme_all, extreme_dim, extreme_values, with_int64_indices, complex_var_mean,
 )
 from hlobridge._src.dynamo.zero_d_dims import ZERO_D_OPS, zero_d_wrap
 
@@ -207,63 +207,63 @@ def numerics_decompositions() -> dict[Any, Any]:
 
     core = core_aten_decompositions()
     a = _aten
-    argmax, argmin = _arg_extreme(a.argmax.default), _arg_extreme(a.argmin.default)
-    amax = _extreme_values(a.amax.default, float("-inf"))
-    amin = _extreme_values(a.amin.default, float("inf"))
-    promoted = {getattr(a, n).default: _int_to_float(getattr(a, n).default)
-                for n in _INT_TO_FLOAT if hasattr(a, n)}
+    argmax, argmin = arg_extreme(a.argmax.default), arg_extreme(a.argmin.default)
+    amax = extreme_values(a.amax.default, float("-inf"))
+    amin = extreme_values(a.amin.default, float("inf"))
+    promoted = {getattr(a, n).default: int_to_float(getattr(a, n).default)
+                for n in INT_TO_FLOAT if hasattr(a, n)}
     table = promoted | {
         a.argmax.default: argmax,
         a.argmin.default: argmin,
-        a.max.dim: _extreme_dim(a.max.dim, argmax),
-        a.min.dim: _extreme_dim(a.min.dim, argmin),
+        a.max.dim: extreme_dim(a.max.dim, argmax),
+        a.min.dim: extreme_dim(a.min.dim, argmin),
         a.amax.default: amax,
         a.amin.default: amin,
-        a.max.default: _extreme_all(a.amax.default),
-        a.min.default: _extreme_all(a.amin.default),
-        a.aminmax.default: _aminmax,
-        a.cumsum.default: _cumsum,
-        a.max_pool2d_with_indices.default: _with_int64_indices(
+        a.max.default: extreme_all(a.amax.default),
+        a.min.default: extreme_all(a.amin.default),
+        a.aminmax.default: aminmax,
+        a.cumsum.default: cumsum,
+        a.max_pool2d_with_indices.default: with_int64_indices(
             a.max_pool2d_with_indices.default, 1),
-        a.max_pool3d_with_indices.default: _with_int64_indices(
+        a.max_pool3d_with_indices.default: with_int64_indices(
             a.max_pool3d_with_indices.default, 1),
-        a._linalg_svd.default: _linalg_svd,
-        a.sign.default: _sign_bool(a.sign.default),
-        a.sgn.default: _sign_bool(a.sgn.default),
-        a.avg_pool2d.default: _avg_pool_divisor(a.avg_pool2d.default, 5),
-        a.avg_pool3d.default: _avg_pool_divisor(a.avg_pool3d.default, 5),
-        a.var.correction: _complex_var(a.var.correction),
-        a.std.correction: _complex_var(a.std.correction),
-        a.var_mean.correction: _complex_var(a.var_mean.correction),
-        a.std_mean.correction: _complex_var(a.std_mean.correction),
-        a.cummax.default: _cummax,
-        a.linalg_inv_ex.default: _inv_ex,
+        a._linalg_svd.default: linalg_svd,
+        a.sign.default: sign_bool(a.sign.default),
+        a.sgn.default: sign_bool(a.sgn.default),
+        a.avg_pool2d.default: avg_pool_divisor(a.avg_pool2d.default, 5),
+        a.avg_pool3d.default: avg_pool_divisor(a.avg_pool3d.default, 5),
+        a.var.correction: complex_var(a.var.correction),
+        a.std.correction: complex_var(a.std.correction),
+        a.var_mean.correction: complex_var(a.var_mean.correction),
+        a.std_mean.correction: complex_var(a.std_mean.correction),
+        a.cummax.default: cummax,
+        a.linalg_inv_ex.default: inv_ex,
         a.linalg_pinv.atol_rtol_tensor: linalg_numerics.pinv,
-        a._linalg_eigh.default: _eigh,
-        a.div.Tensor: _div_complex,
-        a._linalg_slogdet.default: _slogdet,
-        a.logdet.default: _logdet_empty,
-        a.abs.default: _abs_complex,
-        a.linalg_vector_norm.default: _vector_norm_complex,
-        a.dist.default: _dist_half,
-        a.repeat.default: _repeat_empty,
-        a.heaviside.default: _heaviside,
-        a.isnan.default: _isnan_exact,
-        a.atan2.default: _atan2_promoted,
-        a.div.Scalar: _div_scalar_complex,
-        a.convolution_backward.default: _conv_backward_half_bias,
-        a.soft_margin_loss_backward.default: _soft_margin_loss_backward,
-        a.logaddexp.default: _logaddexp_complex,
-        a.floor_divide.default: _in_float32(a.floor_divide.default),
-        a.div.Tensor_mode: _in_float32(a.div.Tensor_mode),
-        a.div.Scalar_mode: _in_float32(a.div.Scalar_mode),
-        a.remainder.Tensor: _int8_widened(a.remainder.Tensor, _in_float32(a.remainder.Tensor)),
-        a.remainder.Scalar: _int8_widened(a.remainder.Scalar, _in_float32(a.remainder.Scalar)),
-        a.arange.start_step: _arange_small_int,
+        a._linalg_eigh.default: eigh,
+        a.div.Tensor: div_complex,
+        a._linalg_slogdet.default: slogdet,
+        a.logdet.default: logdet_empty,
+        a.abs.default: abs_complex,
+        a.linalg_vector_norm.default: vector_norm_complex,
+        a.dist.default: dist_half,
+        a.repeat.default: repeat_empty,
+        a.heaviside.default: heaviside,
+        a.isnan.default: isnan_exact,
+        a.atan2.default: atan2_promoted,
+        a.div.Scalar: div_scalar_complex,
+        a.convolution_backward.default: conv_backward_half_bias,
+        a.soft_margin_loss_backward.default: soft_margin_loss_backward,
+        a.logaddexp.default: logaddexp_complex,
+        a.floor_divide.default: in_float32(a.floor_divide.default),
+        a.div.Tensor_mode: in_float32(a.div.Tensor_mode),
+        a.div.Scalar_mode: in_float32(a.div.Scalar_mode),
+        a.remainder.Tensor: int8_widened(a.remainder.Tensor, in_float32(a.remainder.Tensor)),
+        a.remainder.Scalar: int8_widened(a.remainder.Scalar, in_float32(a.remainder.Scalar)),
+        a.arange.start_step: arange_small_int,
     }
-    for name in _FLOAT64_FORMULAS:
+    for name in FLOAT64_FORMULAS:
         op = getattr(a, name).default
-        table[op] = _float64_formula(name, table.get(op))
+        table[op] = float64_formula(name, table.get(op))
     for op in ZERO_D_OPS:  # 0-d tensors with a dim (zero_d_dims)
         table[op] = zero_d_wrap(op, table.get(op))
     return {k: _or_core(v, core[k]) if k in core else v for k, v in table.items()}

@@ -12,12 +12,12 @@ from typing import Any
 
 import torch
 
-from hlobridge._src.dynamo.numerics_common import _HALF, _declines, _inner
+from hlobridge._src.dynamo.numerics_common import HALF, declines, inner_call
 
 _aten = torch.ops.aten
 
 
-def _sign_bool(op: Any) -> Callable[..., Any]:
+def sign_bool(op: Any) -> Callable[..., Any]:
     """``sign``/``sgn`` of a bool tensor is the tensor (torch_xla: uint8)."""
     def decomp(x: torch.Tensor) -> Any:
         if x.dtype != torch.bool:
@@ -27,7 +27,7 @@ def _sign_bool(op: Any) -> Callable[..., Any]:
     return decomp
 
 
-def _in_float32(op: Any) -> Callable[..., Any]:
+def in_float32(op: Any) -> Callable[..., Any]:
     """``floor_divide``/``div(rounding_mode=...)``/``remainder`` of bfloat16
     and float16 tensors: torch computes them in float32 and rounds the
     result; torch_xla divided in the 16-bit type, so a quotient such as
@@ -35,27 +35,27 @@ def _in_float32(op: Any) -> Callable[..., Any]:
     operands, the result cast back."""
     def decomp(*args: Any, **kwargs: Any) -> Any:
         ts = [a for a in args if isinstance(a, torch.Tensor)]
-        if _declines(op) or not ts or ts[0].dtype not in _HALF:
+        if declines(op) or not ts or ts[0].dtype not in HALF:
             return NotImplemented
         dtype = ts[0].dtype
-        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in _HALF else a
+        up = [a.float() if isinstance(a, torch.Tensor) and a.dtype in HALF else a
               for a in args]
-        with _inner(op):
+        with inner_call(op):
             return op(*up, **kwargs).to(dtype)
 
     return decomp
 
 
-def _int8_widened(op: Any, other: Callable[..., Any]) -> Callable[..., Any]:
+def int8_widened(op: Any, other: Callable[..., Any]) -> Callable[..., Any]:
     """``remainder`` of int8 tensors: torch_xla's result was uint8 (its
     values right). Here: in int32, the result cast back (exact: a remainder
     is smaller than the divisor). Other dtypes: ``other``."""
     def decomp(*args: Any, **kwargs: Any) -> Any:
         ts = [a for a in args if isinstance(a, torch.Tensor)]
-        if _declines(op) or not ts or torch.result_type(*args[:2]) != torch.int8:
+        if declines(op) or not ts or torch.result_type(*args[:2]) != torch.int8:
             return other(*args, **kwargs)
         wide = [a.to(torch.int32) if isinstance(a, torch.Tensor) else a for a in args]
-        with _inner(op):
+        with inner_call(op):
             return op(*wide, **kwargs).to(torch.int8)
 
     return decomp
@@ -64,20 +64,20 @@ def _int8_widened(op: Any, other: Callable[..., Any]) -> Callable[..., Any]:
 _SMALL_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32)
 
 
-def _arange_small_int(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> Any:
+def arange_small_int(start: Any, end: Any, step: Any = 1, **kwargs: Any) -> Any:
     """``arange`` with an integer ``dtype`` narrower than int64: torch
     counts and steps in int64 and casts the values (``arange(-1, 2, 2,
     dtype=uint8)`` is ``[255, 1]``); torch_xla's result had one element.
     Here: int64 first, then the cast."""
     op = _aten.arange.start_step
     dtype = kwargs.get("dtype")
-    if dtype not in _SMALL_INTS or _declines(op):
+    if dtype not in _SMALL_INTS or declines(op):
         return NotImplemented
-    with _inner(op):
+    with inner_call(op):
         return op(start, end, step, **(kwargs | {"dtype": torch.int64})).to(dtype)
 
 
-def _repeat_empty(x: torch.Tensor, repeats: Any) -> Any:
+def repeat_empty(x: torch.Tensor, repeats: Any) -> Any:
     """``repeat`` with an empty result: zeros of its shape (torch_xla:
     ``Concatenate expects at least one argument``)."""
     reps = list(repeats)
@@ -88,7 +88,7 @@ def _repeat_empty(x: torch.Tensor, repeats: Any) -> Any:
     return x.new_zeros(out)
 
 
-def _heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
+def heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
     """``heaviside`` of integer/bool tensors: torch_xla returned int64 for
     int32 (and failed on bool: ``isnan`` of ``pred``). Here: ``values``
     where ``x == 0``, else ``x > 0``, in torch's result type."""
@@ -100,7 +100,7 @@ def _heaviside(x: torch.Tensor, values: torch.Tensor) -> Any:
     return torch.where(x == 0, values.to(dtype), (x > 0).to(dtype))
 
 
-def _isnan_exact(x: torch.Tensor) -> Any:
+def isnan_exact(x: torch.Tensor) -> Any:
     """``isnan`` of integer/bool tensors (all False; torch_xla failed to
     lower it for bool) and of complex ones (either part NaN; torch_xla
     failed to lower it: ``aten::isnan, xla_shape=pred[]``)."""
@@ -111,7 +111,7 @@ def _isnan_exact(x: torch.Tensor) -> Any:
     return torch.zeros(x.shape, dtype=torch.bool)
 
 
-def _atan2_promoted(a: torch.Tensor, b: torch.Tensor) -> Any:
+def atan2_promoted(a: torch.Tensor, b: torch.Tensor) -> Any:
     """``atan2`` of integer/bool tensors: torch computes in the default
     float dtype; torch_xla failed on bool (``got PRED``)."""
     if a.is_floating_point() or b.is_floating_point():
@@ -120,7 +120,7 @@ def _atan2_promoted(a: torch.Tensor, b: torch.Tensor) -> Any:
     return _aten.atan2.default(a.to(f), b.to(f))
 
 
-def _soft_margin_loss_backward(grad_output: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
+def soft_margin_loss_backward(grad_output: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
                                reduction: int = 1) -> Any:
     """``soft_margin_loss_backward`` as eager's kernel, ``-t g sigmoid(-t x)``
     (module docs), in float32 for 16-bit inputs."""
@@ -133,7 +133,7 @@ def _soft_margin_loss_backward(grad_output: torch.Tensor, x: torch.Tensor, targe
     return g.to(dt)
 
 
-def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
+def conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.Tensor,
                              bias_sizes: Any, stride: Any, padding: Any, dilation: Any,
                              transposed: bool, output_padding: Any, groups: int,
                              output_mask: Any) -> Any:
@@ -142,10 +142,10 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
     convolution's bias gradient was 0.19 off relative, eager 0.002). Here:
     the sum in float32, the rest from the op with the bias left out."""
     op = _aten.convolution_backward.default
-    if grad_out.dtype not in _HALF or not output_mask[2] or _declines(op):
+    if grad_out.dtype not in HALF or not output_mask[2] or declines(op):
         return NotImplemented
     mask = [output_mask[0], output_mask[1], False]
-    with _inner(op):
+    with inner_call(op):
         gi, gw, _ = op(grad_out, x, w, bias_sizes, stride, padding, dilation, transposed,
                        output_padding, groups, mask)
     dims = [0] + list(range(2, grad_out.dim()))
@@ -153,7 +153,7 @@ def _conv_backward_half_bias(grad_out: torch.Tensor, x: torch.Tensor, w: torch.T
     return gi, gw, gb
 
 
-_INT_TO_FLOAT = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+INT_TO_FLOAT = ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
                  "acosh", "atanh", "exp", "expm1", "log", "log2", "log10", "log1p",
                  "sqrt", "rsqrt", "erf", "erfc", "erfinv", "sigmoid", "reciprocal", "sinc",
                  "special_ndtr")
@@ -163,7 +163,7 @@ bool inputs. ``exp2``, ``lgamma``, ``digamma``, ``i0`` and the
 ``jax_lowerings.py``, which promotes integer inputs itself."""
 
 
-def _int_to_float(op: Any) -> Callable[..., Any]:
+def int_to_float(op: Any) -> Callable[..., Any]:
     """A unary float op of an integer/bool tensor: torch promotes to the
     default float dtype; torch_xla failed to lower it (``xla_shape=pred``)
     or kept the input's dtype (``asin`` of bool gave bool). Here: the input
@@ -183,7 +183,7 @@ def _gelu64(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     return x * 0.5 * (1 + torch.erf(x * math.sqrt(0.5)))
 
 
-_FLOAT64_FORMULAS: dict[str, Callable[..., Any]] = {
+FLOAT64_FORMULAS: dict[str, Callable[..., Any]] = {
     "log10": lambda x: torch.log(x) / math.log(10),
     "log2": lambda x: torch.log(x) / math.log(2),
     "gelu": _gelu64,
@@ -197,10 +197,10 @@ from eager by 3e-8 the other way: eager's CPU kernel multiplies by a
 float32 ``1/6``.)"""
 
 
-def _float64_formula(name: str, other: Callable[..., Any] | None) -> Callable[..., Any]:
-    """:data:`_FLOAT64_FORMULAS`' entry for a float64 first input; ``other``
+def float64_formula(name: str, other: Callable[..., Any] | None) -> Callable[..., Any]:
+    """:data:`FLOAT64_FORMULAS`' entry for a float64 first input; ``other``
     (or the op as is) otherwise."""
-    formula = _FLOAT64_FORMULAS[name]
+    formula = FLOAT64_FORMULAS[name]
 
     def decomp(x: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(x, torch.Tensor) and x.dtype == torch.float64:

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 
 from hlobridge._src.dynamo import linalg_numerics
-from hlobridge._src.dynamo.numerics_common import _HALF, _REAL_OF, _declines, _inner
+from hlobridge._src.dynamo.numerics_common import HALF, REAL_OF, declines, inner_call
 
 _aten = torch.ops.aten
 
 
-def _linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool = True, *,
+def linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool = True, *,
                 driver: str | None = None) -> Any:
     """Batched SVD as one 2-D SVD per matrix, stacked; the reduced SVD
     (``full_matrices=False``, which torch_xla ignores) as the full one,
@@ -25,18 +25,18 @@ def _linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool =
     empty = linalg_numerics.empty_svd(a, full_matrices, compute_uv, driver=driver)
     if empty is not None:
         return empty
-    if compute_uv and a.dtype in (torch.float64, torch.complex128) and not _declines(op):
+    if compute_uv and a.dtype in (torch.float64, torch.complex128) and not declines(op):
         def full(x: torch.Tensor) -> Any:  # XLA's vectors: float32-accurate
-            with _inner(op):
+            with inner_call(op):
                 return op(x, True, True, driver=driver)
         return linalg_numerics.svd_refined(a, full_matrices, full)
     m, n = a.shape[-2], a.shape[-1]
     reduce = compute_uv and not full_matrices and m != n
-    if (a.dim() <= 2 and not reduce) or _declines(op):
+    if (a.dim() <= 2 and not reduce) or declines(op):
         return NotImplemented
     batch = tuple(a.shape[:-2])
     flat = a.reshape(-1, m, n)
-    with _inner(op):
+    with inner_call(op):
         parts = [list(op(x, full_matrices or reduce, compute_uv, driver=driver))
                  for x in flat.unbind(0)]
     if reduce:
@@ -53,30 +53,30 @@ def _linalg_svd(a: torch.Tensor, full_matrices: bool = False, compute_uv: bool =
     return tuple(outs)
 
 
-def _inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
+def inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
     """``linalg_inv_ex``: :func:`linalg_numerics.inv_ex` (its ``info``;
     complex through the real embedding), the inner call of the op
     recorded as is."""
     op = _aten.linalg_inv_ex.default
-    if _declines(op):
+    if declines(op):
         return NotImplemented
-    with _inner(op):
+    with inner_call(op):
         return linalg_numerics.inv_ex(a, check_errors=check_errors)
 
 
-def _eigh(a: torch.Tensor, uplo: str = "L", compute_v: bool = True) -> Any:
+def eigh(a: torch.Tensor, uplo: str = "L", compute_v: bool = True) -> Any:
     """``_linalg_eigh`` in float64/complex128: :func:`linalg_numerics.eigh_refined`
     (XLA's eigenvectors are float32-accurate there)."""
     op = _aten._linalg_eigh.default
-    if (_declines(op) or not compute_v or a.numel() == 0
+    if (declines(op) or not compute_v or a.numel() == 0
             or a.dtype not in (torch.float64, torch.complex128)):
         return NotImplemented
-    with _inner(op):
+    with inner_call(op):
         w, v = op(a, uplo, True)
     return linalg_numerics.eigh_refined(a, w, v, uplo)
 
 
-def _div_complex(a: Any, b: Any) -> Any:
+def div_complex(a: Any, b: Any) -> Any:
     """``div.Tensor`` with a complex operand: torch_xla's result carries
     the default float dtype as its torch type (its HLO is complex), so a
     later ``cat``/``stack`` converted it to float32 (``gradient`` of
@@ -84,17 +84,17 @@ def _div_complex(a: Any, b: Any) -> Any:
     which gives the result torch_xla's complex type."""
     op = _aten.div.Tensor
     cplx = [t for t in (a, b) if isinstance(t, torch.Tensor) and t.is_complex()]
-    if not cplx or _declines(op):
+    if not cplx or declines(op):
         return NotImplemented
-    with _inner(op):
+    with inner_call(op):
         q = op(a, b)
     return q + torch.zeros((), dtype=q.dtype)
 
 
-def _logdet_empty(a: torch.Tensor) -> Any:
+def logdet_empty(a: torch.Tensor) -> Any:
     """``logdet`` of ``0 x 0`` matrices: 0 (torch_xla failed to lower it);
     of complex matrices ``log(sign) + logabsdet`` as torch (torch_xla's
-    dropped the phase: its ``slogdet`` sign, :func:`_slogdet`)."""
+    dropped the phase: its ``slogdet`` sign, :func:`slogdet`)."""
     if a.shape[-1] != 0:
         if not a.is_complex():
             return NotImplemented
@@ -138,7 +138,7 @@ def _complex_det_sign(a: torch.Tensor) -> torch.Tensor:
     return sign
 
 
-def _slogdet(a: torch.Tensor) -> Any:
+def slogdet(a: torch.Tensor) -> Any:
     """``_linalg_slogdet``: of ``0 x 0`` matrices
     :func:`linalg_numerics.empty_slogdet`; of complex ones torch_xla's
     ``logabsdet`` (right) with the sign from :func:`_complex_det_sign`
@@ -150,9 +150,9 @@ def _slogdet(a: torch.Tensor) -> Any:
     empty = linalg_numerics.empty_slogdet(a)
     if empty is not None:
         return empty
-    if not a.is_complex() or _declines(op):
+    if not a.is_complex() or declines(op):
         return NotImplemented
-    with _inner(op):
+    with inner_call(op):
         _, logabsdet, lu, pivots = op(a)
     if a.shape[-1] > COMPLEX_SIGN_MAX_N:
         det = _aten._linalg_det.default(a)[0]
@@ -162,7 +162,7 @@ def _slogdet(a: torch.Tensor) -> Any:
     return sign, logabsdet, lu, pivots
 
 
-def _abs_complex(x: torch.Tensor) -> Any:
+def abs_complex(x: torch.Tensor) -> Any:
     """``abs`` of a complex tensor: torch_xla's result keeps the complex
     type as its torch type (its HLO is real), so ``(z.abs() ** 2).sum()``
     came back complex64 and ``linalg.norm`` of complex refused it (``Input
@@ -179,35 +179,35 @@ def _abs_complex(x: torch.Tensor) -> Any:
                        out)
 
 
-def _vector_norm_complex(x: torch.Tensor, ord: Any = 2, dim: Any = None,
+def vector_norm_complex(x: torch.Tensor, ord: Any = 2, dim: Any = None,
                          keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
     """``linalg_vector_norm`` of a complex tensor (``linalg.norm``,
     ``norm``, ``renorm``, ``pairwise_distance``, ...: torch_xla refused
-    it): the norm of ``|x|`` (:func:`_abs_complex`), torch's definition.
+    it): the norm of ``|x|`` (:func:`abs_complex`), torch's definition.
     float16/bfloat16 without ``dtype``: accumulated in float32, as torch
     does (torch_xla summed ``|x|^p`` in the 16-bit type: ``dist(a, b, 4)``
     of a (5, 5, 5) float16 pair overflowed to inf where eager is finite)."""
-    if x.dtype in _HALF and dtype is None:
+    if x.dtype in HALF and dtype is None:
         op = _aten.linalg_vector_norm.default
         return op(x.float(), ord, dim, keepdim).to(x.dtype)
     if not x.is_complex():
         return NotImplemented
-    real = None if dtype is None else _REAL_OF.get(dtype, dtype)
-    return _aten.linalg_vector_norm.default(_abs_complex(x), ord, dim, keepdim, dtype=real)
+    real = None if dtype is None else REAL_OF.get(dtype, dtype)
+    return _aten.linalg_vector_norm.default(abs_complex(x), ord, dim, keepdim, dtype=real)
 
 
-def _dist_half(a: torch.Tensor, b: torch.Tensor, p: Any = 2) -> Any:
+def dist_half(a: torch.Tensor, b: torch.Tensor, p: Any = 2) -> Any:
     """``dist`` of float16/bfloat16: the norm of the difference in float32
-    (:func:`_vector_norm_complex`; torch_xla overflowed); of complex
+    (:func:`vector_norm_complex`; torch_xla overflowed); of complex
     tensors: the real norm of the difference (torch_xla's was complex and
     its gradient 0.5 to 6.6 relative off)."""
-    special = _HALF + (torch.complex64, torch.complex128)
+    special = HALF + (torch.complex64, torch.complex128)
     if a.dtype not in special and (not isinstance(b, torch.Tensor) or b.dtype not in special):
         return NotImplemented
-    return _vector_norm_complex(a - b, p)
+    return vector_norm_complex(a - b, p)
 
 
-def _div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
+def div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
     """``div.Scalar`` of a complex tensor: torch_xla returned the real part
     only (float32 for complex64: ``trapezoid(y, x)``,
     ``cumulative_trapezoid`` of complex inputs). Here: ``div.Tensor`` by a
@@ -217,7 +217,7 @@ def _div_scalar_complex(x: torch.Tensor, other: Any) -> Any:
     return _aten.div.Tensor(x, torch.scalar_tensor(other, dtype=x.dtype))
 
 
-def _logaddexp_complex(a: torch.Tensor, b: torch.Tensor) -> Any:
+def logaddexp_complex(a: torch.Tensor, b: torch.Tensor) -> Any:
     """``logaddexp`` of complex tensors: torch's decomposition puts the
     Python constant ``complex(nan, nan)`` in the graph, whose generated
     code reads ``(nan+nanj)`` and fails (``NameError: name 'nanj' is not

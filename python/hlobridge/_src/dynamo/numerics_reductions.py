@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from hlobridge._src.dynamo.numerics_common import _as_int64, _declines, _dims, _inner
+from hlobridge._src.dynamo.numerics_common import as_int64, declines, reduced_dims, inner_call
 
 _aten = torch.ops.aten
 
@@ -25,19 +25,19 @@ def _first_nan_index(x: torch.Tensor, dim: Any, keepdim: bool) -> tuple[torch.Te
                                                                keepdim)
 
 
-def _arg_extreme(op: Any) -> Callable[..., Any]:
+def arg_extreme(op: Any) -> Callable[..., Any]:
     def decomp(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
-        if not x.is_floating_point() or x.numel() == 0 or _declines(op):
+        if not x.is_floating_point() or x.numel() == 0 or declines(op):
             return NotImplemented
-        with _inner(op):
+        with inner_call(op):
             plain = op(x, dim, keepdim)
         has, first = _first_nan_index(x, dim, keepdim)
-        return _as_int64(torch.where(has, first, plain))
+        return as_int64(torch.where(has, first, plain))
 
     return decomp
 
 
-def _extreme_dim(op: Any, arg: Any) -> Callable[..., Any]:
+def extreme_dim(op: Any, arg: Any) -> Callable[..., Any]:
     """``max.dim``/``min.dim``: the index as ``argmax``/``argmin`` (above),
     the value gathered there."""
     def decomp(x: torch.Tensor, dim: int, keepdim: bool = False) -> Any:
@@ -58,16 +58,16 @@ def _reduce_bool(t: torch.Tensor, dims: list[int], keepdim: bool, *, all_: bool)
     return t if keepdim else t.squeeze(dims)
 
 
-def _extreme_values(op: Any, inf: float) -> Callable[..., Any]:
+def extreme_values(op: Any, inf: float) -> Callable[..., Any]:
     """``amax``/``amin``: NaN where a slice has one, ``inf`` (signed) where a
     slice is all ``inf``, else torch_xla's value."""
     def decomp(x: torch.Tensor, dim: Any = (), keepdim: bool = False) -> Any:
-        if not x.is_floating_point() or x.numel() == 0 or _declines(op):
+        if not x.is_floating_point() or x.numel() == 0 or declines(op):
             return NotImplemented
-        dims = _dims(x, dim)
+        dims = reduced_dims(x, dim)
         if not dims:
             return NotImplemented
-        with _inner(op):
+        with inner_call(op):
             plain = op(x, dims, keepdim)
         all_inf = _reduce_bool(x == inf, dims, keepdim, all_=True)
         has_nan = _reduce_bool(torch.isnan(x), dims, keepdim, all_=False)
@@ -77,7 +77,7 @@ def _extreme_values(op: Any, inf: float) -> Callable[..., Any]:
     return decomp
 
 
-def _extreme_all(reduce: Any) -> Callable[..., Any]:
+def extreme_all(reduce: Any) -> Callable[..., Any]:
     """``max(x)``/``min(x)`` (no dim) as ``amax``/``amin`` over every dim."""
     def decomp(x: torch.Tensor) -> Any:
         if not x.is_floating_point() or x.dim() == 0 or x.numel() == 0:
@@ -87,32 +87,32 @@ def _extreme_all(reduce: Any) -> Callable[..., Any]:
     return decomp
 
 
-def _aminmax(x: torch.Tensor, *, dim: int | None = None, keepdim: bool = False) -> Any:
-    dims = _dims(x, dim)
+def aminmax(x: torch.Tensor, *, dim: int | None = None, keepdim: bool = False) -> Any:
+    dims = reduced_dims(x, dim)
     if not dims:  # 0-d
         return x.clone(), x.clone()
     return _aten.amin.default(x, dims, keepdim), _aten.amax.default(x, dims, keepdim)
 
 
-def _cumsum(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> Any:
+def cumsum(x: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> Any:
     if dtype is not None or x.dtype == torch.int64 or x.is_floating_point() or x.is_complex():
         return NotImplemented
     return _aten.cumsum.default(x.to(torch.int64), dim)
 
 
-def _with_int64_indices(op: Any, index_at: int) -> Callable[..., Any]:
+def with_int64_indices(op: Any, index_at: int) -> Callable[..., Any]:
     def decomp(*args: Any, **kwargs: Any) -> Any:
-        if _declines(op):
+        if declines(op):
             return NotImplemented
-        with _inner(op):
+        with inner_call(op):
             outs = list(op(*args, **kwargs))
-        outs[index_at] = _as_int64(outs[index_at])
+        outs[index_at] = as_int64(outs[index_at])
         return tuple(outs)
 
     return decomp
 
 
-def _avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
+def avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
     """``avg_pool{2,3}d`` with ``divisor_override``: torch divides each
     window's sum by the override whatever ``count_include_pad`` says (and
     truncates integer results); torch_xla divided by the count of the
@@ -124,7 +124,7 @@ def _avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
     divisor 1), truncated after the division."""
     def decomp(*args: Any) -> Any:
         args_l = list(args)
-        if len(args_l) <= at + 1 or args_l[at + 1] is None or _declines(op):
+        if len(args_l) <= at + 1 or args_l[at + 1] is None or declines(op):
             return NotImplemented
         x, d = args_l[0], args_l[at + 1]
         nd = 2 if op in (_aten.avg_pool2d.default, _aten.avg_pool2d_backward.default) else 3
@@ -154,17 +154,17 @@ def _avg_pool_divisor(op: Any, at: int) -> Callable[..., Any]:
         args_l[at] = True
         if x.is_floating_point():
             args_l[0] = x
-            with _inner(op):
+            with inner_call(op):
                 return op(*args_l)
         args_l[0], args_l[at + 1] = x.double(), 1
-        with _inner(op):
+        with inner_call(op):
             sums = op(*args_l)
         return torch.div(sums, d, rounding_mode="trunc").to(x.dtype)
 
     return decomp
 
 
-def _complex_var(op: Any) -> Callable[..., Any]:
+def complex_var(op: Any) -> Callable[..., Any]:
     """``var``/``std``/``var_mean``/``std_mean`` of a complex tensor:
     torch's variance is real, ``var(re) + var(im)``; torch_xla returned a
     complex variance (``var_mean``), a wrong value (``std_mean``) or failed
@@ -181,7 +181,7 @@ def _complex_var(op: Any) -> Callable[..., Any]:
         out = var.sqrt() if std else var
         if not with_mean:
             return out
-        dims = _dims(x, dim)
+        dims = reduced_dims(x, dim)
         n = 1
         for d in dims:
             n *= x.shape[d]
@@ -195,11 +195,11 @@ def complex_var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None
     """``var_mean`` of a complex tensor, as torch computes it (a real
     variance); the backend's two-pass ``var_mean`` calls this for complex
     inputs."""
-    return _complex_var(_aten.var_mean.correction)(x, dim, correction=correction,
+    return complex_var(_aten.var_mean.correction)(x, dim, correction=correction,
                                                       keepdim=keepdim)
 
 
-def _cummax(x: torch.Tensor, dim: int) -> Any:
+def cummax(x: torch.Tensor, dim: int) -> Any:
     """``cummax`` as torch: on ties torch takes the *last* index of the
     running maximum (it updates on ``x >= max``, and on NaN), and a NaN
     stays the maximum; torch_xla took the first index, dropped NaN, gave
@@ -208,10 +208,10 @@ def _cummax(x: torch.Tensor, dim: int) -> Any:
     each one where ``x`` equals the running maximum (or is NaN), as the
     running maximum of those positions."""
     op = _aten.cummax.default
-    if _declines(op) or x.dim() == 0 or x.numel() == 0:
+    if declines(op) or x.dim() == 0 or x.numel() == 0:
         return NotImplemented
     xs = x.to(torch.uint8) if x.dtype == torch.bool else x
-    with _inner(op):
+    with inner_call(op):
         v, _ = op(xs, dim)
         upd = xs == v
         if xs.is_floating_point():
@@ -224,4 +224,4 @@ def _cummax(x: torch.Tensor, dim: int) -> Any:
         shape[d] = x.shape[d]
         pos = torch.arange(x.shape[d], dtype=torch.int64).reshape(shape).expand(x.shape)
         last, _ = op(torch.where(upd, pos, torch.zeros_like(pos)), dim)
-    return (v.to(torch.bool) if x.dtype == torch.bool else v), _as_int64(last)
+    return (v.to(torch.bool) if x.dtype == torch.bool else v), as_int64(last)
