@@ -155,8 +155,10 @@ def stats() -> dict[str, int]:
     outputs, compiles (real PJRT compiles), cache_hits (in-memory),
     disk_cache_hits (executables loaded from the persistent cache, not
     compiles), executions, host_gemm_calls (matrix products compiled as
-    host GEMM kernel calls on the CPU plugin), host_conv_calls (convolutions
-    compiled as host convolution kernel calls)."""
+    host GEMM kernel calls on the CPU plugin; oneDNN's included),
+    host_conv_calls (convolutions compiled as host convolution kernel
+    calls), onednn_matmul_calls (of the products, those compiled as calls of
+    the plugin's oneDNN matrix product)."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

@@ -56,6 +56,9 @@ pub static HOST_GEMM_CALLS: Counter = Counter::new();
 /// Convolutions compiled as host convolution kernel calls (see
 /// `hlobridge::lower::host_conv`), over all compiles.
 pub static HOST_CONV_CALLS: Counter = Counter::new();
+/// Of the products, those compiled as calls of the CPU plugin's oneDNN
+/// matrix product (`hlobridge::lower::onednn_call::MATMUL`).
+pub static ONEDNN_MATMUL_CALLS: Counter = Counter::new();
 
 const ALL: &[(&str, &Counter)] = &[
     ("input_views", &INPUT_VIEWS),
@@ -68,6 +71,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("executions", &EXECUTIONS),
     ("host_gemm_calls", &HOST_GEMM_CALLS),
     ("host_conv_calls", &HOST_CONV_CALLS),
+    ("onednn_matmul_calls", &ONEDNN_MATMUL_CALLS),
 ];
 
 /// The counters as a `dict[str, int]`.

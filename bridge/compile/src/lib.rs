@@ -165,10 +165,11 @@ impl Prepared {
             // A plugin without the oneDNN convolution thunk, or a caller
             // that serializes the executable (the thunk does not
             // serialize): the same lowering without the oneDNN route.
-            Err(e) if full.conv.onednn > 0 => {
-                tracing::debug!(error = %e, "host lowering: compiling again without the oneDNN convolutions");
+            Err(e) if full.conv.onednn > 0 || full.gemm.onednn > 0 => {
+                tracing::debug!(error = %e, "host lowering: compiling again without the oneDNN calls");
                 let mut plain = self.lowering.expect("lowered above");
                 plain.conv = plain.conv.map(|p| p.with_onednn(false));
+                plain.gemm = plain.gemm.map(|p| p.with_onednn(None));
                 let retry = Prepared {
                     options: self.options.clone(),
                     lowering: Some(plain),
@@ -279,7 +280,8 @@ pub fn compile(
             let onednn = c
                 .host
                 .kernels
-                .contains_key(hlobridge::lower::host_conv::ONEDNN_TARGET);
+                .keys()
+                .any(|k| k.starts_with(hlobridge::lower::onednn_call::PREFIX));
             if onednn && store.is_some() {
                 tracing::debug!("compile cache: a program with oneDNN calls is not cached on disk");
             }

@@ -86,15 +86,17 @@ impl HostReport {
 }
 
 /// Host-kernel custom calls (`stablehlo.custom_call @hlobridge_...`) and
-/// the plugin's oneDNN convolution calls the lowering wrote
-/// ([`hlobridge::lower::host_conv::ONEDNN_TARGET`]) in module text, by target.
+/// the plugin's oneDNN calls the lowering wrote
+/// ([`hlobridge::lower::onednn_call`]) in module text, by target.
 pub(crate) fn count_kernels(text: &str) -> BTreeMap<String, usize> {
+    use hlobridge::lower::onednn_call::{CONVOLUTION, MATMUL};
     let mut out = BTreeMap::new();
-    let onednn = hlobridge::lower::host_conv::ONEDNN_TARGET;
-    let n = text.matches(&format!("custom_call @\"{onednn}\"")).count()
-        + text.matches(&format!("custom_call @{onednn}(")).count();
-    if n > 0 {
-        out.insert(onednn.to_string(), n);
+    for onednn in [CONVOLUTION, MATMUL] {
+        let n = text.matches(&format!("custom_call @\"{onednn}\"")).count()
+            + text.matches(&format!("custom_call @{onednn}(")).count();
+        if n > 0 {
+            out.insert(onednn.to_string(), n);
+        }
     }
     for (at, _) in text.match_indices("custom_call @hlobridge_") {
         let name: String = text[at + "custom_call @".len()..]

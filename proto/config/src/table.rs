@@ -170,6 +170,10 @@ variables! {
             default "1",
             read_by [Rust, Tests, Scripts],
             "`0` (or `false`, `off`, `no`) keeps forward-form f32 convolutions on the host kernel or XLA instead of the CPU plugin's oneDNN convolution (`__onednn$convolution`, docs/host_conv.md); `plain` keeps the route but leaves the calls' activations in their own layouts instead of channels-last (rewrite version 5's routing); `fuse` also folds each channels-last call's epilogue (eval BatchNorm, bias, residual add, ReLU) into its oneDNN post-ops (rewrite version 7; off by default, measured no faster); `HLOBRIDGE_HOST_CONV=off` or `all` turns the oneDNN route off too. Part of the compile-cache key.";
+        OneDnnMatmul = "HLOBRIDGE_ONEDNN_MATMUL",
+            default "auto",
+            read_by [Rust, Tests, Scripts],
+            "Whether f32 matrix products of at least 256³ multiply-adds (batches included: attention's) run in the CPU plugin's oneDNN matrix product (`__onednn$matmul`) instead of the host GEMM kernel or XLA's dot (docs/host_gemm.md): `auto` on Intel CPUs (measured 1.1–1.8× faster there, with AVX-512), off on others (not measured); `1` (or `true`, `on`, `yes`) on whatever the CPU; `0` (or `false`, `off`, `no`) off; `all` every f32 product of at least 8 rows and columns, whatever its size (for tests). Programs with oneDNN calls are not written to the disk cache. `HLOBRIDGE_HOST_GEMM=off` turns it off too. Part of the compile-cache key.";
         ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
             default "xla",
             read_by [Rust, Tests, Scripts],

@@ -37,18 +37,30 @@
 //! swapped strides), as XLA folds it into its own dot; the transpose stays
 //! for its other users, and XLA drops it when none are left.
 //!
+//! **oneDNN** ([`HostGemmPolicy::onednn_from_work`]): f32 products of at
+//! least that work run in the CPU plugin's oneDNN matrix product instead
+//! (`__onednn$matmul`, [`crate::lower::onednn_call`]), inside the host
+//! kernel's window and above it: the same batch of row-major matrices,
+//! with `transpose_a` / `transpose_b` in the call's config for operands
+//! stored transposed, and row-major layouts pinned on its operands and
+//! result (the thunk reads strides from the layouts, so this only keeps XLA
+//! from choosing others). oneDNN's kernels use AVX-512 where the CPU has
+//! it; XLA's dot and the host kernel reached 0.6–0.8× of eager torch's
+//! MKL/oneDNN throughput on an Intel Xeon (docs/host_gemm.md).
+//!
 //! The op keeps its location and discardable attributes, and its result
 //! value (directly, or through the reshape after the call).
 
 use crate::dialects::stablehlo_dot_conv::read_dot_dims;
 use crate::ir::{Attribute, DenseArrayData, FloatKind, NamedAttr, OpId, Type, ValueDef, ValueId};
+use crate::lower::onednn_call::{self, row_major, PinnedLayouts};
 use crate::Module;
 use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`), so executables
 /// compiled by an older rewrite are not served from a persistent cache.
-pub const REWRITE_VERSION: u32 = 7;
+pub const REWRITE_VERSION: u32 = 8;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +74,10 @@ pub struct HostGemmPolicy {
     /// Smallest `N·K` of a skinny `x · Wᵀ` (fewer than `min_side` rows)
     /// run swapped (see the module docs), whatever its work.
     pub skinny_from_weights: u64,
+    /// Smallest `batch·m·n·k` of an f32 product (both sides at least
+    /// `min_side`) sent to the plugin's oneDNN matrix product, inside the
+    /// host kernel's window or above it; `None` sends none.
+    pub onednn_from_work: Option<u64>,
 }
 
 impl Default for HostGemmPolicy {
@@ -78,6 +94,7 @@ impl Default for HostGemmPolicy {
             // GPT-2's and Llama's LM heads (38.6M and 24.6M elements);
             // smaller skinny products stay with XLA until measured.
             skinny_from_weights: 1 << 24,
+            onednn_from_work: None,
         }
     }
 }
@@ -90,6 +107,15 @@ impl HostGemmPolicy {
             max_work: u64::MAX,
             min_side: 0,
             skinny_from_weights: 0,
+            onednn_from_work: None,
+        }
+    }
+
+    /// The same policy with the oneDNN route from `from_work` (`None`: off).
+    pub fn with_onednn(self, from_work: Option<u64>) -> Self {
+        HostGemmPolicy {
+            onednn_from_work: from_work,
+            ..self
         }
     }
 }
@@ -101,6 +127,8 @@ pub struct HostGemmReport {
     pub rewritten: usize,
     /// Products seen (`dot_general` and `dot`).
     pub products: usize,
+    /// Of the rewritten, those sent to oneDNN's matrix product.
+    pub onednn: usize,
 }
 
 pub use hlobridge_host_abi::gemm::target_name;
@@ -145,6 +173,7 @@ pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmRep
         }),
     };
     for (op, g) in plan {
+        report.onednn += usize::from(g.onednn);
         apply(m, op, g, &names);
         report.rewritten += 1;
     }
@@ -185,6 +214,8 @@ struct Gemm {
     /// The operands are swapped (`(W · xᵀ)ᵀ`): the call yields `[N, M]`
     /// and a transpose after it the result.
     swapped: bool,
+    /// The call is oneDNN's matrix product, not the host kernel.
+    onednn: bool,
     elem: crate::ir::TypeId,
 }
 
@@ -331,14 +362,18 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
             reshape: [None, None],
             result: None,
             swapped: true,
+            onednn: false,
             elem,
         });
     }
-    if (mm as u64) < policy.min_side
-        || (n as u64) < policy.min_side
-        || work < policy.min_work
-        || work > policy.max_work
-    {
+    let sides = (mm as u64) >= policy.min_side && (n as u64) >= policy.min_side;
+    // oneDNN only with every dim non-empty (its descriptors need no
+    // zero-size special case then).
+    let onednn = sides
+        && work > 0
+        && lk == FloatKind::F32
+        && policy.onednn_from_work.is_some_and(|from| work >= from);
+    if !onednn && (!sides || work < policy.min_work || work > policy.max_work) {
         return None;
     }
     let matrix =
@@ -364,6 +399,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
         ],
         result: (oshape[..] != *od).then_some(oshape),
         swapped: false,
+        onednn,
         elem,
     };
     // Reading a transposed operand through strides is free; materialising
@@ -409,15 +445,36 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
             pos += 1;
         }
     }
-    let t = m.add_attr(Attribute::String {
-        escaped: target_name(g.lhs_t, g.rhs_t).into(),
-        ty: None,
-    });
-    {
-        let o = m.op_mut(op);
-        o.name = names.custom_call;
-        o.operands = SmallVec::from_slice(&operands);
-        o.props = SmallVec::from_slice(&[
+    let props: SmallVec<[NamedAttr; 6]> = if g.onednn {
+        let json = format!(
+            r#"{{"onednn_matmul_config": {{"transpose_a": {}, "transpose_b": {}}}}}"#,
+            g.lhs_t, g.rhs_t
+        );
+        let rank = |v: ValueId| match m.ty(m.value_type(v)) {
+            Type::Tensor { dims, .. } => dims.len(),
+            _ => unreachable!("classified operands are tensors"),
+        };
+        let ins = [row_major(rank(operands[0])), row_major(rank(operands[1]))];
+        let out_rank = g
+            .result
+            .as_ref()
+            .map_or_else(|| rank(m.op(op).results[0]), Vec::len);
+        let outs = [row_major(out_rank)];
+        onednn_call::call_props(
+            m,
+            onednn_call::MATMUL,
+            &json,
+            Some(PinnedLayouts {
+                operands: &ins,
+                results: &outs,
+            }),
+        )
+    } else {
+        let t = m.add_attr(Attribute::String {
+            escaped: target_name(g.lhs_t, g.rhs_t).into(),
+            ty: None,
+        });
+        SmallVec::from_slice(&[
             NamedAttr {
                 name: names.api_version,
                 value: names.api_value,
@@ -426,7 +483,13 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
                 name: names.call_target_name,
                 value: t,
             },
-        ]);
+        ])
+    };
+    {
+        let o = m.op_mut(op);
+        o.name = names.custom_call;
+        o.operands = SmallVec::from_slice(&operands);
+        o.props = props.into_iter().collect();
     }
     if g.swapped {
         // The call yields [N, M]; a transpose after it takes over the

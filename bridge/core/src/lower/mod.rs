@@ -6,6 +6,7 @@
 pub mod collectives;
 pub mod host_conv;
 pub mod host_gemm;
+pub mod onednn_call;
 
 pub use collectives::{
     rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
@@ -37,7 +38,8 @@ impl HostLowering {
             Level::Off => None,
             Level::All => Some(HostGemmPolicy::all()),
             Level::On => Some(HostGemmPolicy::default()),
-        };
+        }
+        .map(|p| p.with_onednn(onednn_matmul_from_env()));
         // `HLOBRIDGE_HOST_CONV`: `off` keeps every convolution with XLA,
         // `all` rewrites every eligible one whatever its size.
         let conv = match level(Var::HostConv) {
@@ -85,12 +87,14 @@ impl HostLowering {
         };
         let gemm = match self.gemm {
             Some(p) => format!(
-                "host_gemm.v{}:{}:{}:{}:{}",
+                "host_gemm.v{}:{}:{}:{}:{}{}",
                 host_gemm::REWRITE_VERSION,
                 p.min_work,
                 p.max_work,
                 p.min_side,
-                p.skinny_from_weights
+                p.skinny_from_weights,
+                p.onednn_from_work
+                    .map_or_else(String::new, |w| format!(":onednn{w}"))
             ),
             None => String::new(),
         };
@@ -100,6 +104,39 @@ impl HostLowering {
             format!("{gemm};{conv}")
         }
     }
+}
+
+/// Smallest work (`batch·m·n·k`) of an f32 product sent to the plugin's
+/// oneDNN matrix product by default: 256³. Measured on a 2-core Intel Xeon
+/// (AVX-512; `benches/gemm_bench.py`, docs/host_gemm.md): from 256³ oneDNN
+/// ran 1.4–1.8× the host kernel's throughput (attention's batched products
+/// included) and 1.05–1.3× XLA's dot above the host kernel's window; at
+/// 128³ its per-call set-up made it 0.75× the host kernel.
+pub const ONEDNN_MATMUL_FROM_WORK: u64 = 256 * 256 * 256;
+
+/// `HLOBRIDGE_ONEDNN_MATMUL` as the policy's `onednn_from_work`.
+fn onednn_matmul_from_env() -> Option<u64> {
+    use hlobridge_config::{get, is_off_word, is_on_word, Var};
+    match get(Var::OneDnnMatmul).as_deref().map(str::trim) {
+        Some(v) if is_off_word(v) => None,
+        Some(v) if v.eq_ignore_ascii_case("all") => Some(0),
+        Some(v) if is_on_word(v) => Some(ONEDNN_MATMUL_FROM_WORK),
+        // `auto` (and anything else): where it was measured faster.
+        _ => cpu_is_intel().then_some(ONEDNN_MATMUL_FROM_WORK),
+    }
+}
+
+/// Whether this machine's CPU is an Intel one (`vendor_id` in
+/// `/proc/cpuinfo`; false where that cannot be read). Read once.
+pub fn cpu_is_intel() -> bool {
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+            info.lines()
+                .find(|l| l.starts_with("vendor_id"))
+                .is_some_and(|l| l.contains("GenuineIntel"))
+        })
+    })
 }
 
 impl HostLowering {

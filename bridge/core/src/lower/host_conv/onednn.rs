@@ -58,11 +58,12 @@
 
 use crate::dialects::common::i64_array;
 use crate::ir::{Attribute, NamedAttr, OpId, Type};
+use crate::lower::onednn_call::{self, layout_list, PinnedLayouts};
 use crate::Module;
 use smallvec::SmallVec;
 
 /// The custom-call target of the plugin's oneDNN convolution thunk.
-pub const ONEDNN_TARGET: &str = "__onednn$convolution";
+pub const ONEDNN_TARGET: &str = onednn_call::CONVOLUTION;
 
 /// Smallest depthwise window (taps) sent to oneDNN.
 const DEPTHWISE_MIN_TAPS: i64 = 49;
@@ -266,69 +267,18 @@ impl Form<'_> {
     }
 }
 
-/// `[dense<[...]> : tensor<Nxindex>, ...]`.
-pub(super) fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {
-    let index = m.intern_type(Type::Index);
-    let items = layouts
-        .iter()
-        .map(|l| {
-            let ty = m.intern_type(Type::Tensor {
-                dims: SmallVec::from_slice(&[l.len() as i64]),
-                elem: index,
-                encoding: None,
-            });
-            let items: Vec<String> = l.iter().map(|x| x.to_string()).collect();
-            m.add_attr(Attribute::Dense {
-                body: format!("[{}]", items.join(", ")).into(),
-                ty,
-            })
-        })
-        .collect();
-    Attribute::Array(items)
-}
-
 /// The custom call's properties for backend config `json` and pinned
 /// `layouts`.
 fn call_props(m: &mut Module, json: &str, layouts: Option<&Layouts>) -> SmallVec<[NamedAttr; 6]> {
-    let i32t = m.int_type(32);
-    let mut props = vec![
-        (
-            "api_version",
-            Attribute::Integer {
-                text: "1".into(),
-                ty: Some(i32t),
-            },
-        ),
-        (
-            "backend_config",
-            Attribute::String {
-                // The JSON has no backslashes; quotes are escaped for MLIR.
-                escaped: json.replace('"', "\\\"").into(),
-                ty: None,
-            },
-        ),
-        (
-            "call_target_name",
-            Attribute::String {
-                escaped: ONEDNN_TARGET.into(),
-                ty: None,
-            },
-        ),
-    ];
-    if let Some([lhs, rhs, out]) = layouts {
-        // MLIR's (alphabetical) property order.
-        let operands = layout_list(m, &[lhs.clone(), rhs.clone()]);
-        let results = layout_list(m, std::slice::from_ref(out));
-        props.push(("operand_layouts", operands));
-        props.push(("result_layouts", results));
-    }
-    props
-        .into_iter()
-        .map(|(name, value)| NamedAttr {
-            name: m.sym(name),
-            value: m.add_attr(value),
-        })
-        .collect()
+    let pinned = layouts.map(|[lhs, rhs, out]| ([lhs.clone(), rhs.clone()], [out.clone()]));
+    onednn_call::call_props(
+        m,
+        ONEDNN_TARGET,
+        json,
+        pinned
+            .as_ref()
+            .map(|(operands, results)| PinnedLayouts { operands, results }),
+    )
 }
 
 /// The convolution's own attributes, dropped from what replaces it.
@@ -483,7 +433,7 @@ pub fn pin_row_major_host_calls(m: &mut Module) -> usize {
         let (Some(ins), Some(outs)) = (ins, outs) else {
             continue;
         };
-        let row_major = |r: &i64| (0..*r).rev().collect::<Vec<i64>>();
+        let row_major = |r: &i64| onednn_call::row_major(*r as usize);
         let operands = layout_list(m, &ins.iter().map(row_major).collect::<Vec<_>>());
         let results = layout_list(m, &outs.iter().map(row_major).collect::<Vec<_>>());
         for (name, value) in [("operand_layouts", operands), ("result_layouts", results)] {

@@ -32,11 +32,12 @@
 //! buffer, freshly page-faulted every call, and offsets the passes saved)
 //! and MobileNetV3-L 1.3× slower (docs/host_conv.md).
 
-use super::onednn::{layout_list, ONEDNN_TARGET};
+use super::onednn::ONEDNN_TARGET;
 use crate::dialects::common::{get_i64_array, i64_array};
 use crate::ir::{
     AttrId, Attribute, BlockId, FloatKind, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId,
 };
+use crate::lower::onednn_call::layout_list;
 use crate::Module;
 use smallvec::SmallVec;
 

@@ -27,7 +27,8 @@ fn mlp_products_become_host_gemm_calls() {
         r,
         HostGemmReport {
             rewritten: 3,
-            products: 3
+            products: 3,
+            onednn: 0,
         }
     );
     assert!(
@@ -214,4 +215,84 @@ fn a_skinny_product_with_a_large_transposed_weight_runs_swapped() {
         let (out, r) = rewrite(&text);
         assert_eq!(r.rewritten, 0, "{out}");
     }
+}
+
+fn rewrite_onednn(text: &str, from_work: u64) -> (String, HostGemmReport) {
+    let mut m = parse_module(text).expect("parse");
+    let policy = HostGemmPolicy::default().with_onednn(Some(from_work));
+    let r = rewrite_host_gemm(&mut m, &policy);
+    let out = print_module(&m, &PrintOptions::default());
+    parse_module(&out).expect("rewritten module parses back");
+    (out, r)
+}
+
+#[test]
+fn large_f32_products_go_to_onednn_with_transposes_and_row_major_layouts() {
+    // A torch Linear on a 3-D input (weight stored [N, K]), attention's
+    // batched q·kᵀ, a weight gradient (lhs stored transposed), and an f64
+    // product of the same size, which oneDNN's route never takes.
+    let text = r#"func.func public @main(%x: tensor<4x256x768xf32>, %w: tensor<3072x768xf32>, %q: tensor<24x128x64xf32>, %k: tensor<24x128x64xf32>, %g: tensor<1024x768xf32>, %a: tensor<1024x3072xf32>, %d: tensor<256x256xf64>) -> (tensor<4x256x3072xf32>, tensor<24x128x128xf32>, tensor<768x3072xf32>, tensor<256x256xf64>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [2] x [1] : (tensor<4x256x768xf32>, tensor<3072x768xf32>) -> tensor<4x256x3072xf32>
+  %1 = stablehlo.dot_general %q, %k, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<24x128x64xf32>, tensor<24x128x64xf32>) -> tensor<24x128x128xf32>
+  %2 = stablehlo.dot_general %g, %a, contracting_dims = [0] x [0] : (tensor<1024x768xf32>, tensor<1024x3072xf32>) -> tensor<768x3072xf32>
+  %3 = stablehlo.dot_general %d, %d, contracting_dims = [1] x [0] : (tensor<256x256xf64>, tensor<256x256xf64>) -> tensor<256x256xf64>
+  return %0, %1, %2, %3 : tensor<4x256x3072xf32>, tensor<24x128x128xf32>, tensor<768x3072xf32>, tensor<256x256xf64>
+}"#;
+    let (out, r) = rewrite_onednn(text, 1 << 24);
+    assert_eq!((r.rewritten, r.onednn), (4, 3), "{out}");
+    assert_eq!(out.matches("@__onednn$matmul(").count(), 3, "{out}");
+    // The f64 product keeps the host kernel.
+    assert!(out.contains("@hlobridge_gemm_nn("), "{out}");
+    for flags in [
+        r#"\"transpose_a\": false, \"transpose_b\": true"#,
+        r#"\"transpose_a\": true, \"transpose_b\": false"#,
+    ] {
+        assert!(out.contains(flags), "{flags}: {out}");
+    }
+    // The Linear's [4, 256, 768] input is one [1024, 768] matrix.
+    assert!(
+        out.contains("tensor<4x256x768xf32>) -> tensor<1024x768xf32>"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("operand_layouts = [dense<[2, 1, 0]> : tensor<3xindex>, dense<[2, 1, 0]> : tensor<3xindex>]"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn onednn_starts_at_its_work_bound() {
+    let text = r#"func.func public @main(%a: tensor<128x128xf32>, %b: tensor<256x256xf32>) -> (tensor<128x128xf32>, tensor<256x256xf32>) {
+  %0 = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0] : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+  %1 = stablehlo.dot_general %b, %b, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+  return %0, %1 : tensor<128x128xf32>, tensor<256x256xf32>
+}"#;
+    let (out, r) = rewrite_onednn(text, 256 * 256 * 256);
+    assert_eq!((r.rewritten, r.onednn), (2, 1), "{out}");
+    assert!(
+        out.contains("@hlobridge_gemm_nn("),
+        "128³ keeps the host kernel: {out}"
+    );
+    // Off: the 256³ product is the host kernel's again.
+    let (out, r) = rewrite(text);
+    assert_eq!((r.rewritten, r.onednn), (2, 0), "{out}");
+    assert!(!out.contains("onednn"), "{out}");
+}
+
+#[test]
+fn onednn_takes_products_above_the_host_window() {
+    // 1024³ is XLA's without oneDNN (above `max_work`), oneDNN's with it;
+    // a matrix-vector product stays with XLA either way.
+    let text = r#"func.func public @main(%a: tensor<1024x1024xf32>, %v: tensor<1024x1xf32>) -> (tensor<1024x1024xf32>, tensor<1024x1xf32>) {
+  %0 = stablehlo.dot_general %a, %a, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+  %1 = stablehlo.dot_general %a, %v, contracting_dims = [1] x [0] : (tensor<1024x1024xf32>, tensor<1024x1xf32>) -> tensor<1024x1xf32>
+  return %0, %1 : tensor<1024x1024xf32>, tensor<1024x1xf32>
+}"#;
+    assert_eq!(rewrite(text).1.rewritten, 0);
+    let (out, r) = rewrite_onednn(text, 1 << 24);
+    assert_eq!((r.rewritten, r.onednn), (1, 1), "{out}");
 }
