@@ -165,11 +165,12 @@ impl Prepared {
             // A plugin without the oneDNN convolution thunk, or a caller
             // that serializes the executable (the thunk does not
             // serialize): the same lowering without the oneDNN route.
-            Err(e) if full.conv.onednn > 0 || full.gemm.onednn > 0 => {
+            Err(e) if full.conv.onednn > 0 || full.gemm.onednn > 0 || full.softmax > 0 => {
                 tracing::debug!(error = %e, "host lowering: compiling again without the oneDNN calls");
                 let mut plain = self.lowering.expect("lowered above");
                 plain.conv = plain.conv.map(|p| p.with_onednn(false));
                 plain.gemm = plain.gemm.map(|p| p.with_onednn(None));
+                plain.softmax = false;
                 let retry = Prepared {
                     options: self.options.clone(),
                     lowering: Some(plain),

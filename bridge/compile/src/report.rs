@@ -89,9 +89,9 @@ impl HostReport {
 /// the plugin's oneDNN calls the lowering wrote
 /// ([`hlobridge::lower::onednn_call`]) in module text, by target.
 pub(crate) fn count_kernels(text: &str) -> BTreeMap<String, usize> {
-    use hlobridge::lower::onednn_call::{CONVOLUTION, MATMUL};
+    use hlobridge::lower::onednn_call::{CONVOLUTION, MATMUL, SOFTMAX};
     let mut out = BTreeMap::new();
-    for onednn in [CONVOLUTION, MATMUL] {
+    for onednn in [CONVOLUTION, MATMUL, SOFTMAX] {
         let n = text.matches(&format!("custom_call @\"{onednn}\"")).count()
             + text.matches(&format!("custom_call @{onednn}(")).count();
         if n > 0 {

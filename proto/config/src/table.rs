@@ -174,6 +174,10 @@ variables! {
             default "auto",
             read_by [Rust, Tests, Scripts],
             "Whether f32 matrix products of at least 256³ multiply-adds (batches included: attention's) run in the CPU plugin's oneDNN matrix product (`__onednn$matmul`) instead of the host GEMM kernel or XLA's dot (docs/host_gemm.md): `auto` on Intel CPUs (measured 1.1–1.8× faster there, with AVX-512), off on others (not measured); `1` (or `true`, `on`, `yes`) on whatever the CPU; `0` (or `false`, `off`, `no`) off; `all` every f32 product of at least 8 rows and columns, whatever its size (for tests). Programs with oneDNN calls are not written to the disk cache. `HLOBRIDGE_HOST_GEMM=off` turns it off too. Part of the compile-cache key.";
+        OneDnnSoftmax = "HLOBRIDGE_ONEDNN_SOFTMAX",
+            default "1",
+            read_by [Rust, Tests, Scripts],
+            "`0` (or `false`, `off`, `no`) keeps XLA's own softmax instead of the CPU plugin's oneDNN softmax (`__onednn$softmax`): f32 softmaxes of the form torch_xla and JAX lower them to (max-subtract, exponential, sum, divide along one dim) become one call (docs/host_gemm.md, \"Softmax\"; 6–7× faster than XLA's six kernels at BERT's attention shapes). Programs with oneDNN calls are not written to the disk cache. Part of the compile-cache key.";
         ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
             default "xla",
             read_by [Rust, Tests, Scripts],

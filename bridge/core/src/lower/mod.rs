@@ -7,6 +7,7 @@ pub mod collectives;
 pub mod host_conv;
 pub mod host_gemm;
 pub mod onednn_call;
+pub mod onednn_softmax;
 
 pub use collectives::{
     rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
@@ -25,6 +26,8 @@ pub struct HostLowering {
     pub gemm: Option<HostGemmPolicy>,
     /// The host convolution rewrite, if on.
     pub conv: Option<HostConvPolicy>,
+    /// The oneDNN softmax rewrite ([`onednn_softmax`]), if on.
+    pub softmax: bool,
 }
 
 impl HostLowering {
@@ -62,7 +65,13 @@ impl HostLowering {
                     .with_wgrad(host_conv::WeightGradRoute::from_env()),
             ),
         };
-        HostLowering { gemm, conv }
+        // `HLOBRIDGE_ONEDNN_SOFTMAX=0` keeps XLA's softmax.
+        let softmax = !is_off(Var::OneDnnSoftmax);
+        HostLowering {
+            gemm,
+            conv,
+            softmax,
+        }
     }
 
     /// A short stable tag of these settings, for compile-cache keys (a
@@ -98,11 +107,15 @@ impl HostLowering {
             ),
             None => String::new(),
         };
-        if conv.is_empty() {
+        let mut tag = if conv.is_empty() {
             gemm
         } else {
             format!("{gemm};{conv}")
+        };
+        if self.softmax {
+            tag.push_str(";onednn_softmax.v1");
         }
+        tag
     }
 }
 
@@ -143,7 +156,7 @@ impl HostLowering {
     /// Whether any host rewrite is on (every CPU-only rewrite added to
     /// [`HostLowering`] must be counted here).
     pub fn any(&self) -> bool {
-        self.gemm.is_some() || self.conv.is_some()
+        self.gemm.is_some() || self.conv.is_some() || self.softmax
     }
 }
 
@@ -168,6 +181,8 @@ pub struct HostLoweringReport {
     pub gemm: HostGemmReport,
     /// The host convolution rewrite.
     pub conv: HostConvReport,
+    /// Softmaxes sent to oneDNN's softmax.
+    pub softmax: usize,
 }
 
 /// Lowers module `text` for a host (CPU) plugin that has the host kernels:
@@ -181,7 +196,8 @@ pub fn lower_text_for_host_report(
 ) -> Option<(String, HostLoweringReport)> {
     let gemm = lowering.gemm.filter(|_| text.contains("dot"));
     let conv = lowering.conv.filter(|_| text.contains("convolution"));
-    if gemm.is_none() && conv.is_none() {
+    let softmax = lowering.softmax && text.contains("exponential") && text.contains("divide");
+    if gemm.is_none() && conv.is_none() && !softmax {
         return None;
     }
     let mut m = match parse_module(text) {
@@ -198,11 +214,14 @@ pub fn lower_text_for_host_report(
     if let Some(policy) = gemm {
         report.gemm = rewrite_host_gemm(&mut m, &policy);
     }
+    if softmax {
+        report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m);
+    }
     if report.conv.channels_last > 0 {
         // Channels-last oneDNN calls: keep the host kernels' buffers row-major.
         host_conv::pin_row_major_host_calls(&mut m);
     }
-    if report.gemm.rewritten == 0 && report.conv.rewritten == 0 {
+    if report.gemm.rewritten == 0 && report.conv.rewritten == 0 && report.softmax == 0 {
         return None;
     }
     Some((print_module(&m, &PrintOptions::default()), report))

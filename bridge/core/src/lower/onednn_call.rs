@@ -10,7 +10,7 @@
 //! write them instead. The plugin cannot serialize a program holding one
 //! (`pjrt-client`'s `Executable::serialize` refuses on [`PREFIX`]).
 
-use crate::ir::{Attribute, NamedAttr, Type};
+use crate::ir::{Attribute, BlockId, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId};
 use crate::Module;
 use smallvec::SmallVec;
 
@@ -20,6 +20,8 @@ pub const PREFIX: &str = "__onednn$";
 pub const CONVOLUTION: &str = "__onednn$convolution";
 /// oneDNN's matrix product (`OneDnnMatMulConfig`).
 pub const MATMUL: &str = "__onednn$matmul";
+/// oneDNN's softmax (`OneDnnSoftmaxConfig`).
+pub const SOFTMAX: &str = "__onednn$softmax";
 
 /// `[dense<[...]> : tensor<Nxindex>, ...]`: minor-to-major dimension lists.
 pub fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {
@@ -100,4 +102,117 @@ pub fn call_props(
             value: m.add_attr(value),
         })
         .collect()
+}
+
+// IR helpers the oneDNN rewrites share.
+
+/// For each value, the placed ops that use it.
+pub fn use_lists(m: &Module) -> Vec<SmallVec<[OpId; 2]>> {
+    let mut uses = vec![SmallVec::new(); m.values.len()];
+    for (i, o) in m.ops.iter().enumerate() {
+        if o.parent.is_none() {
+            continue;
+        }
+        for &v in &o.operands {
+            uses[v.index()].push(OpId(i as u32));
+        }
+    }
+    uses
+}
+
+/// Dims and element type of a ranked static tensor value.
+pub fn static_tensor(m: &Module, v: ValueId) -> Option<(SmallVec<[i64; 4]>, TypeId)> {
+    match m.ty(m.value_type(v)) {
+        Type::Tensor {
+            dims,
+            elem,
+            encoding: None,
+        } if dims.iter().all(|&d| d >= 0) => Some((dims.iter().copied().collect(), *elem)),
+        _ => None,
+    }
+}
+
+/// The op defining `v`, if an op does.
+pub fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
+    match m.value(v).def {
+        ValueDef::OpResult { op, .. } => Some(op),
+        _ => None,
+    }
+}
+
+/// The value of a splat literal body (`0.000000e+00`, `0x00000000`).
+pub fn splat_value(body: &str) -> Option<f64> {
+    let b = body.trim();
+    if let Some(hex) = b.strip_prefix("0x") {
+        return (hex.len() == 8)
+            .then(|| u32::from_str_radix(hex, 16).ok())
+            .flatten()
+            .map(|bits| f32::from_bits(bits) as f64);
+    }
+    b.parse::<f64>().ok()
+}
+
+/// Emits ops before `at` in its block.
+pub struct Emitter {
+    /// The block to insert into.
+    pub block: BlockId,
+    /// The op the new ops go before.
+    pub at: OpId,
+    /// Their location.
+    pub loc: Option<crate::ir::LocId>,
+}
+
+impl Emitter {
+    /// Inserts `name(operands)` of result type `ty` with `props`; its result.
+    pub fn push(
+        &self,
+        m: &mut Module,
+        name: &str,
+        operands: &[ValueId],
+        ty: TypeId,
+        props: Vec<(&str, Attribute)>,
+    ) -> ValueId {
+        let op = m.add_op_named(name);
+        m.op_mut(op).operands = SmallVec::from_slice(operands);
+        let mut named: Vec<NamedAttr> = props
+            .into_iter()
+            .map(|(n, a)| NamedAttr {
+                name: m.sym(n),
+                value: m.add_attr(a),
+            })
+            .collect();
+        named.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
+        m.op_mut(op).props = named.into_iter().collect();
+        m.op_mut(op).loc = self.loc;
+        m.op_mut(op).parent = Some(self.block);
+        let v = m.add_result(op, ty, None);
+        let ops = &mut m.blocks[self.block.index()].ops;
+        let pos = ops
+            .iter()
+            .position(|&x| x == self.at)
+            .expect("op in its block");
+        ops.insert(pos, op);
+        v
+    }
+
+    /// A `stablehlo.constant` of literal `body` and type `ty`.
+    pub fn constant(&self, m: &mut Module, body: String, ty: TypeId) -> ValueId {
+        let value = Attribute::Dense {
+            body: body.into(),
+            ty,
+        };
+        self.push(m, "stablehlo.constant", &[], ty, vec![("value", value)])
+    }
+
+    /// `name(a, b)` of result type `ty`.
+    pub fn binary(
+        &self,
+        m: &mut Module,
+        name: &str,
+        a: ValueId,
+        b: ValueId,
+        ty: TypeId,
+    ) -> ValueId {
+        self.push(m, name, &[a, b], ty, vec![])
+    }
 }

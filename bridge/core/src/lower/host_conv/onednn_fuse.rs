@@ -34,10 +34,10 @@
 
 use super::onednn::ONEDNN_TARGET;
 use crate::dialects::common::{get_i64_array, i64_array};
-use crate::ir::{
-    AttrId, Attribute, BlockId, FloatKind, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId,
+use crate::ir::{AttrId, Attribute, FloatKind, NamedAttr, OpId, Type, TypeId, ValueId};
+use crate::lower::onednn_call::{
+    def_op, layout_list, splat_value, static_tensor as tensor, use_lists, Emitter,
 };
-use crate::lower::onednn_call::layout_list;
 use crate::Module;
 use smallvec::SmallVec;
 
@@ -126,20 +126,6 @@ pub fn fuse_epilogues(m: &mut Module) -> usize {
     fused
 }
 
-/// For each value, the placed ops that use it.
-fn use_lists(m: &Module) -> Vec<SmallVec<[OpId; 2]>> {
-    let mut uses = vec![SmallVec::new(); m.values.len()];
-    for (i, o) in m.ops.iter().enumerate() {
-        if o.parent.is_none() {
-            continue;
-        }
-        for &v in &o.operands {
-            uses[v.index()].push(OpId(i as u32));
-        }
-    }
-    uses
-}
-
 /// The backend config's JSON (unescaped).
 fn config_json(m: &Module, op: OpId) -> Option<serde_json::Value> {
     let a = m.op_attr(op, "backend_config")?;
@@ -167,26 +153,6 @@ fn call_dims(m: &Module, op: OpId) -> Option<CallDims> {
         kernel_out,
         channels,
     })
-}
-
-/// Dims and element type of a ranked static tensor value.
-fn tensor(m: &Module, v: ValueId) -> Option<(SmallVec<[i64; 4]>, TypeId)> {
-    match m.ty(m.value_type(v)) {
-        Type::Tensor {
-            dims,
-            elem,
-            encoding: None,
-        } if dims.iter().all(|&d| d >= 0) => Some((dims.iter().copied().collect(), *elem)),
-        _ => None,
-    }
-}
-
-/// The op defining `v`, if an op does.
-fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
-    match m.value(v).def {
-        ValueDef::OpResult { op, .. } => Some(op),
-        _ => None,
-    }
 }
 
 /// `v` as a per-channel operand of a result with feature dim `fd` and
@@ -220,18 +186,6 @@ fn per_channel(m: &Module, v: ValueId, dims: &CallDims) -> Option<Chan> {
         }
         _ => None,
     }
-}
-
-/// The value of a splat literal body (`0.000000e+00`, `0x00000000`).
-fn splat_value(body: &str) -> Option<f64> {
-    let b = body.trim();
-    if let Some(hex) = b.strip_prefix("0x") {
-        return (hex.len() == 8)
-            .then(|| u32::from_str_radix(hex, 16).ok())
-            .flatten()
-            .map(|bits| f32::from_bits(bits) as f64);
-    }
-    b.parse::<f64>().ok()
 }
 
 /// Whether `c` is the constant zero.
@@ -328,78 +282,26 @@ fn is_onednn_call(m: &Module, op: OpId) -> bool {
         })
 }
 
-/// Emits ops before `at` in its block.
-struct Emitter {
-    block: BlockId,
-    at: OpId,
-    loc: Option<crate::ir::LocId>,
-}
-
-impl Emitter {
-    fn push(
-        &self,
-        m: &mut Module,
-        name: &str,
-        operands: &[ValueId],
-        ty: TypeId,
-        props: Vec<(&str, Attribute)>,
-    ) -> ValueId {
-        let op = m.add_op_named(name);
-        m.op_mut(op).operands = SmallVec::from_slice(operands);
-        let mut named: Vec<NamedAttr> = props
-            .into_iter()
-            .map(|(n, a)| NamedAttr {
-                name: m.sym(n),
-                value: m.add_attr(a),
-            })
-            .collect();
-        named.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
-        m.op_mut(op).props = named.into_iter().collect();
-        m.op_mut(op).loc = self.loc;
-        m.op_mut(op).parent = Some(self.block);
-        let v = m.add_result(op, ty, None);
-        let ops = &mut m.blocks[self.block.index()].ops;
-        let pos = ops
-            .iter()
-            .position(|&x| x == self.at)
-            .expect("op in its block");
-        ops.insert(pos, op);
-        v
-    }
-
-    /// `c` as a `[O]` vector of type `vty`.
-    fn vector(&self, m: &mut Module, c: Chan, vty: TypeId) -> ValueId {
-        match c {
-            Chan::Vector(v) => v,
-            Chan::Scalar(v) => {
-                let dims = i64_array(m, vec![]);
-                self.push(
-                    m,
-                    "stablehlo.broadcast_in_dim",
-                    &[v],
-                    vty,
-                    vec![("broadcast_dimensions", dims)],
-                )
-            }
-            Chan::Splat(a) => {
-                let Attribute::Dense { body, .. } = m.attr(a).clone() else {
-                    unreachable!("splat operands are dense constants")
-                };
-                self.constant(m, body.to_string(), vty)
-            }
+/// `c` as a `[O]` vector of type `vty`.
+fn vector(e: &Emitter, m: &mut Module, c: Chan, vty: TypeId) -> ValueId {
+    match c {
+        Chan::Vector(v) => v,
+        Chan::Scalar(v) => {
+            let dims = i64_array(m, vec![]);
+            e.push(
+                m,
+                "stablehlo.broadcast_in_dim",
+                &[v],
+                vty,
+                vec![("broadcast_dimensions", dims)],
+            )
         }
-    }
-
-    fn constant(&self, m: &mut Module, body: String, ty: TypeId) -> ValueId {
-        let value = Attribute::Dense {
-            body: body.into(),
-            ty,
-        };
-        self.push(m, "stablehlo.constant", &[], ty, vec![("value", value)])
-    }
-
-    fn binary(&self, m: &mut Module, name: &str, a: ValueId, b: ValueId, ty: TypeId) -> ValueId {
-        self.push(m, name, &[a, b], ty, vec![])
+        Chan::Splat(a) => {
+            let Attribute::Dense { body, .. } = m.attr(a).clone() else {
+                unreachable!("splat operands are dense constants")
+            };
+            e.constant(m, body.to_string(), vty)
+        }
     }
 }
 
@@ -424,21 +326,21 @@ fn rewrite(m: &mut Module, call: OpId, dims: &CallDims, epi: Epilogue) {
     for step in &epi.steps {
         match *step {
             Step::Add(c) => {
-                let c = e.vector(m, c, vty);
+                let c = vector(&e, m, c, vty);
                 t = Some(match t {
                     Some(t) => e.binary(m, "stablehlo.add", t, c, vty),
                     None => c,
                 });
             }
             Step::Sub(c) => {
-                let c = e.vector(m, c, vty);
+                let c = vector(&e, m, c, vty);
                 t = Some(match t {
                     Some(t) => e.binary(m, "stablehlo.subtract", t, c, vty),
                     None => e.push(m, "stablehlo.negate", &[c], vty, vec![]),
                 });
             }
             Step::Mul(c) => {
-                let c = e.vector(m, c, vty);
+                let c = vector(&e, m, c, vty);
                 s = Some(match s {
                     Some(s) => e.binary(m, "stablehlo.multiply", s, c, vty),
                     None => c,
@@ -446,7 +348,7 @@ fn rewrite(m: &mut Module, call: OpId, dims: &CallDims, epi: Epilogue) {
                 t = t.map(|t| e.binary(m, "stablehlo.multiply", t, c, vty));
             }
             Step::Div(c) => {
-                let c = e.vector(m, c, vty);
+                let c = vector(&e, m, c, vty);
                 let base = match s {
                     Some(s) => s,
                     None => e.constant(m, "1.000000e+00".into(), vty),
