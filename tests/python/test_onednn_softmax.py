@@ -9,7 +9,9 @@ absolute, 16 units in the last place at 1.0: softmax values are at most 1;
 oneDNN's exponential along a non-innermost axis was measured 6e-7 off; a
 wrong axis or a missing max subtraction is wrong by far more). NaN and all-``-inf`` rows must come out
 as eager's (NaN rows), masked (``-inf``) entries as zeros, and gradients must
-match eager's. ``HLOBRIDGE_ONEDNN_SOFTMAX=0`` keeps XLA's softmax.
+match eager's. The cases run with ``HLOBRIDGE_ONEDNN_SOFTMAX=all`` (every
+size); by default only softmaxes of at least 2**17 elements are routed, and
+``0`` keeps XLA's softmax.
 """
 
 from __future__ import annotations
@@ -37,17 +39,9 @@ def _compiled(fn):
     return torch.compile(fn, backend="hlobridge", fullgraph=True)
 
 
-def _softmax_calls(fn, *args) -> tuple[torch.Tensor, int]:
-    _native.reset_stats()
-    before = _native.stats()["compiles"]
-    out = fn(*args)
-    assert _native.stats()["compiles"] > before, "expected a fresh compile"
-    return out
-
-
 @pytest.mark.parametrize("shape,dim", [((8, 12, 128, 128), -1), ((4, 64, 33), 1), ((5, 7), 0), ((3, 1000), -1)])
 def test_torch_softmax_matches_float64(shape, dim, monkeypatch) -> None:
-    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "1")
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "all")
     x = torch.randn(shape, generator=_gen()) * 4
     f = _compiled(lambda t: torch.softmax(t, dim))
     with torch.no_grad():
@@ -61,7 +55,7 @@ def test_attention_softmax_with_mask_scale_nan_and_masked_rows(monkeypatch) -> N
     """BERT's ``softmax(s * scale + mask)``: the additive mask's ``-inf``
     entries give zeros; a row of only ``-inf`` and a row with a NaN give NaN
     rows, as eager's do."""
-    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "1")
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "all")
     g = _gen()
     s = torch.randn(2, 3, 16, 16, generator=g)
     mask = torch.zeros(2, 1, 1, 16)
@@ -80,7 +74,7 @@ def test_attention_softmax_with_mask_scale_nan_and_masked_rows(monkeypatch) -> N
 
 
 def test_the_compiled_program_calls_onednn(monkeypatch) -> None:
-    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "1")
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "all")
     text = jax.jit(lambda x: jax.nn.softmax(x, axis=1)).lower(
         jax.ShapeDtypeStruct((4, 64, 33), jnp.float32)).as_text()
     exe, _ = _native.compile(text)
@@ -90,13 +84,19 @@ def test_the_compiled_program_calls_onednn(monkeypatch) -> None:
     got = torch.from_dlpack(outs[0])
     err = (got.double() - torch.softmax(x.double(), 1)).abs().max().item()
     assert err <= TOL, f"seed {SEED}: {err:.3g}"
-    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "0")
-    exe, _ = _native.compile(text)
-    assert ONEDNN not in exe.host_kernels, exe.host_kernels
+    for env in ("0", "1"):  # off; on, but below the default bound
+        monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", env)
+        exe, _ = _native.compile(text)
+        assert ONEDNN not in exe.host_kernels, (env, exe.host_kernels)
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "1")
+    big = jax.jit(lambda x: jax.nn.softmax(x, axis=-1)).lower(
+        jax.ShapeDtypeStruct((8, 12, 128, 128), jnp.float32)).as_text()
+    exe, _ = _native.compile(big)
+    assert exe.host_kernels.get(ONEDNN) == 1, exe.host_kernels
 
 
 def test_gradients_match_eager(monkeypatch) -> None:
-    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "1")
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_SOFTMAX", "all")
     g = _gen()
     x = torch.randn(4, 6, 32, 32, generator=g, requires_grad=True)
     w = torch.randn(4, 6, 32, 32, generator=g)

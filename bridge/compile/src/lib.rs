@@ -170,7 +170,7 @@ impl Prepared {
                 let mut plain = self.lowering.expect("lowered above");
                 plain.conv = plain.conv.map(|p| p.with_onednn(false));
                 plain.gemm = plain.gemm.map(|p| p.with_onednn(None));
-                plain.softmax = false;
+                plain.softmax = None;
                 let retry = Prepared {
                     options: self.options.clone(),
                     lowering: Some(plain),

@@ -177,7 +177,7 @@ variables! {
         OneDnnSoftmax = "HLOBRIDGE_ONEDNN_SOFTMAX",
             default "1",
             read_by [Rust, Tests, Scripts],
-            "`0` (or `false`, `off`, `no`) keeps XLA's own softmax instead of the CPU plugin's oneDNN softmax (`__onednn$softmax`): f32 softmaxes of the form torch_xla and JAX lower them to (max-subtract, exponential, sum, divide along one dim) become one call (docs/host_gemm.md, \"Softmax\"; 6–7× faster than XLA's six kernels at BERT's attention shapes). Programs with oneDNN calls are not written to the disk cache. Part of the compile-cache key.";
+            "`0` (or `false`, `off`, `no`) keeps XLA's own softmax instead of the CPU plugin's oneDNN softmax (`__onednn$softmax`): f32 softmaxes of at least 2¹⁷ elements in the form torch_xla and JAX lower them to (max-subtract, exponential, sum, divide along one dim) become one call guarded for eager's NaN rows (docs/host_gemm.md, \"Softmax\"; 4–5× faster than XLA's six kernels at BERT's attention shapes); `all` sends every size (for tests). Programs with oneDNN calls are not written to the disk cache. Part of the compile-cache key.";
         ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
             default "xla",
             read_by [Rust, Tests, Scripts],

@@ -26,8 +26,9 @@ pub struct HostLowering {
     pub gemm: Option<HostGemmPolicy>,
     /// The host convolution rewrite, if on.
     pub conv: Option<HostConvPolicy>,
-    /// The oneDNN softmax rewrite ([`onednn_softmax`]), if on.
-    pub softmax: bool,
+    /// The oneDNN softmax rewrite ([`onednn_softmax`]) from this many
+    /// elements, if on.
+    pub softmax: Option<u64>,
 }
 
 impl HostLowering {
@@ -65,8 +66,13 @@ impl HostLowering {
                     .with_wgrad(host_conv::WeightGradRoute::from_env()),
             ),
         };
-        // `HLOBRIDGE_ONEDNN_SOFTMAX=0` keeps XLA's softmax.
-        let softmax = !is_off(Var::OneDnnSoftmax);
+        // `HLOBRIDGE_ONEDNN_SOFTMAX=0` keeps XLA's softmax, `all` sends
+        // every size.
+        let softmax = match level(Var::OneDnnSoftmax) {
+            Level::Off => None,
+            Level::All => Some(0),
+            Level::On => Some(onednn_softmax::MIN_ELEMENTS),
+        };
         HostLowering {
             gemm,
             conv,
@@ -112,8 +118,8 @@ impl HostLowering {
         } else {
             format!("{gemm};{conv}")
         };
-        if self.softmax {
-            tag.push_str(";onednn_softmax.v1");
+        if let Some(min) = self.softmax {
+            tag.push_str(&format!(";onednn_softmax.v1:{min}"));
         }
         tag
     }
@@ -156,7 +162,7 @@ impl HostLowering {
     /// Whether any host rewrite is on (every CPU-only rewrite added to
     /// [`HostLowering`] must be counted here).
     pub fn any(&self) -> bool {
-        self.gemm.is_some() || self.conv.is_some() || self.softmax
+        self.gemm.is_some() || self.conv.is_some() || self.softmax.is_some()
     }
 }
 
@@ -196,8 +202,10 @@ pub fn lower_text_for_host_report(
 ) -> Option<(String, HostLoweringReport)> {
     let gemm = lowering.gemm.filter(|_| text.contains("dot"));
     let conv = lowering.conv.filter(|_| text.contains("convolution"));
-    let softmax = lowering.softmax && text.contains("exponential") && text.contains("divide");
-    if gemm.is_none() && conv.is_none() && !softmax {
+    let softmax = lowering
+        .softmax
+        .filter(|_| text.contains("exponential") && text.contains("divide"));
+    if gemm.is_none() && conv.is_none() && softmax.is_none() {
         return None;
     }
     let mut m = match parse_module(text) {
@@ -214,8 +222,8 @@ pub fn lower_text_for_host_report(
     if let Some(policy) = gemm {
         report.gemm = rewrite_host_gemm(&mut m, &policy);
     }
-    if softmax {
-        report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m);
+    if let Some(min) = softmax {
+        report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m, min);
     }
     if report.conv.channels_last > 0 {
         // Channels-last oneDNN calls: keep the host kernels' buffers row-major.

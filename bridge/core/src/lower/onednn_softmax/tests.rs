@@ -6,7 +6,7 @@ use crate::{parse_module, print_module, PrintOptions};
 
 fn rewrite(text: &str) -> (String, usize) {
     let mut m = parse_module(text).expect("parse");
-    let n = rewrite_onednn_softmax(&mut m);
+    let n = rewrite_onednn_softmax(&mut m, 0);
     let out = print_module(&m, &PrintOptions::default());
     parse_module(&out).expect("rewritten module parses back");
     (out, n)
@@ -91,4 +91,12 @@ fn mismatched_axes_or_inputs_stay() {
     let t = torch_xla_softmax("0xFF800000", "f32")
         .replace("applies stablehlo.maximum", "applies stablehlo.minimum");
     assert_eq!(rewrite(&t).1, 0);
+}
+
+#[test]
+fn small_softmaxes_stay_below_the_bound() {
+    let mut m = parse_module(&torch_xla_softmax("0xFF800000", "f32")).expect("parse");
+    // 8·12·128·128 elements: one more than that is above it.
+    assert_eq!(rewrite_onednn_softmax(&mut m, 8 * 12 * 128 * 128 + 1), 0);
+    assert_eq!(rewrite_onednn_softmax(&mut m, MIN_ELEMENTS), 1);
 }
