@@ -28,6 +28,8 @@ import torch.nn.functional as F
 
 from hlobridge import _native
 
+from onednn_helpers import check_accumulation, run_f32
+
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 ONEDNN = "__onednn$convolution"
 
@@ -71,19 +73,6 @@ def _stablehlo(xs, ws, stride, padding, dilation, groups, nhwc=False) -> str:
     return jax.jit(f).lower(*args).as_text()
 
 
-def _run(exe, *arrays: torch.Tensor) -> torch.Tensor:
-    arrays = tuple(a.contiguous() for a in arrays)
-    outs, *_ = _native.execute(exe, [a.data_ptr() for a in arrays], [list(a.shape) for a in arrays],
-                               [_native.ELEMENT_TYPES["f32"]] * len(arrays), list(arrays))
-    return torch.from_dlpack(outs[0])
-
-
-def _check(got: torch.Tensor, want: torch.Tensor, k: int, what: str) -> None:
-    err = (got.double() - want).abs().max().item()
-    scale = want.abs().max().item()
-    assert err <= 2e-6 * k**0.5 * scale, f"seed {SEED}, {what}: max error {err:.3g} at scale {scale:.3g}"
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_forward_against_float64(case) -> None:
     name, xs, ws, stride, padding, dilation, groups, onednn = case
@@ -97,7 +86,7 @@ def test_forward_against_float64(case) -> None:
     pads = [p for lo_hi in reversed(padding) for p in lo_hi]
     want = conv(F.pad(x.double(), pads), w.double(), stride=stride, dilation=dilation, groups=groups)
     k = ws[1] * int(torch.tensor(ws[2:]).prod())
-    _check(_run(exe, x, w), want, k, name)
+    check_accumulation(run_f32(exe, x, w), want, k, f"seed {SEED}, {name}")
 
 
 def test_channels_last_operands() -> None:
@@ -109,8 +98,8 @@ def test_channels_last_operands() -> None:
     x = torch.randn(xs, generator=g)
     w = torch.randn(ws, generator=g)
     want = F.conv2d(F.pad(x.double(), [0, 2, 1, 1]), w.double(), stride=(2, 1))
-    got = _run(exe, x.permute(0, 2, 3, 1), w.permute(2, 3, 1, 0)).permute(0, 3, 1, 2)
-    _check(got, want, 72, "nhwc")
+    got = run_f32(exe, x.permute(0, 2, 3, 1), w.permute(2, 3, 1, 0)).permute(0, 3, 1, 2)
+    check_accumulation(got, want, 72, f"seed {SEED}, nhwc")
 
 
 def _child(code: str, **env: str) -> str:
@@ -214,9 +203,9 @@ def test_forward_and_gradients_against_float64(case) -> None:
     k_fwd = ws[1] * taps
     k_dx = ws[0] // groups * taps
     k_dw = xs[0] * y.shape[2] * y.shape[3]
-    _check(got[0], y.detach(), k_fwd, f"{name} forward")
-    _check(got[1], dx, k_dx, f"{name} input gradient")
-    _check(got[2], dw, k_dw, f"{name} weight gradient")
+    check_accumulation(got[0], y.detach(), k_fwd, f"seed {SEED}, {name} forward")
+    check_accumulation(got[1], dx, k_dx, f"seed {SEED}, {name} input gradient")
+    check_accumulation(got[2], dw, k_dw, f"seed {SEED}, {name} weight gradient")
 
 
 def test_host_kernels_next_to_channels_last_calls() -> None:
@@ -254,8 +243,8 @@ def test_host_kernels_next_to_channels_last_calls() -> None:
     want3 = F.conv2d(h, w3, padding=1)
     got = _run_all(exe, x, w1, w2, w3)
     # K: multiply-adds per output (the 1x1 convolution's 8 channels folded in).
-    _check(got[0], want2, 9 * 8, "reversed depthwise on the host kernel")
-    _check(got[1], want3, 9 * 16 * 8, "3x3 on oneDNN")
+    check_accumulation(got[0], want2, 9 * 8, f"seed {SEED}, reversed depthwise on the host kernel")
+    check_accumulation(got[1], want3, 9 * 16 * 8, f"seed {SEED}, 3x3 on oneDNN")
 
 
 def _run_all(exe, *arrays: torch.Tensor) -> list[torch.Tensor]:
@@ -288,7 +277,8 @@ def test_1x1_weight_gradient_as_batched_products(hw: int) -> None:
     w = torch.zeros(o, c, 1, 1, dtype=torch.float64)
     want = torch.ops.aten.convolution_backward(dy.double(), x.double(), w, None, [1, 1], [0, 0], [1, 1],
                                                False, [0, 0], 1, [False, True, False])[1]
-    _check(_run(exe, x, dy), want.permute(2, 3, 1, 0), n * hw * hw, f"1x1 weight gradient @{hw}")
+    check_accumulation(run_f32(exe, x, dy), want.permute(2, 3, 1, 0), n * hw * hw,
+                       f"seed {SEED}, 1x1 weight gradient @{hw}")
 
 
 def _bn_block(groups: int) -> tuple[str, list[tuple[int, ...]]]:
@@ -364,5 +354,5 @@ def test_fused_epilogues_against_float64(groups: int, mode: str, monkeypatch) ->
     c4 = F.conv2d(F.conv2d(r2, w3) + bias.view(1, -1, 1, 1), w4)
     got = _run_all(exe, x, w1, w2, w3, w4, bias, *bn)
     k = 9 * 16 // groups + 16
-    _check(got[0], r2, k, "conv-BN-ReLU-conv-BN-add-ReLU")
-    _check(got[1], c4, k + 32, "conv+bias-conv")
+    check_accumulation(got[0], r2, k, f"seed {SEED}, conv-BN-ReLU-conv-BN-add-ReLU")
+    check_accumulation(got[1], c4, k + 32, f"seed {SEED}, conv+bias-conv")

@@ -28,6 +28,8 @@ import torch
 
 from hlobridge import _native
 
+from onednn_helpers import check_accumulation, run_f32
+
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 ONEDNN = "__onednn$matmul"
 
@@ -61,19 +63,6 @@ def _stablehlo(ls, rs, eq) -> str:
     return jax.jit(f).lower(*args).as_text()
 
 
-def _run(exe, *arrays: torch.Tensor) -> torch.Tensor:
-    arrays = tuple(a.contiguous() for a in arrays)
-    outs, *_ = _native.execute(exe, [a.data_ptr() for a in arrays], [list(a.shape) for a in arrays],
-                               [_native.ELEMENT_TYPES["f32"]] * len(arrays), list(arrays))
-    return torch.from_dlpack(outs[0])
-
-
-def _check(got: torch.Tensor, want: torch.Tensor, k: int, what: str) -> None:
-    err = (got.double() - want).abs().max().item()
-    scale = want.abs().max().item()
-    assert err <= 2e-6 * k**0.5 * scale, f"seed {SEED}, {what}: max error {err:.3g} at scale {scale:.3g}"
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_product_against_float64(case, monkeypatch) -> None:
     name, ls, rs, eq, k, onednn = case
@@ -84,7 +73,7 @@ def test_product_against_float64(case, monkeypatch) -> None:
     a = torch.randn(ls, generator=g)
     b = torch.randn(rs, generator=g)
     want = torch.einsum(eq, a.double(), b.double())
-    _check(_run(exe, a, b), want, k, name)
+    check_accumulation(run_f32(exe, a, b), want, k, f"seed {SEED}, {name}")
 
 
 def test_switch_off_keeps_the_host_kernel(monkeypatch) -> None:

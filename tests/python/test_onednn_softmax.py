@@ -25,6 +25,8 @@ import torch
 
 from hlobridge import _native
 
+from onednn_helpers import run_f32
+
 SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
 ONEDNN = "__onednn$softmax"
 TOL = 1e-6
@@ -80,8 +82,7 @@ def test_the_compiled_program_calls_onednn(monkeypatch) -> None:
     exe, _ = _native.compile(text)
     assert exe.host_kernels.get(ONEDNN) == 1, exe.host_kernels
     x = torch.randn(4, 64, 33, generator=_gen()) * 4
-    outs, *_ = _native.execute(exe, [x.data_ptr()], [list(x.shape)], [_native.ELEMENT_TYPES["f32"]], [x])
-    got = torch.from_dlpack(outs[0])
+    got = run_f32(exe, x)
     err = (got.double() - torch.softmax(x.double(), 1)).abs().max().item()
     assert err <= TOL, f"seed {SEED}: {err:.3g}"
     for env in ("0", "1"):  # off; on, but below the default bound
