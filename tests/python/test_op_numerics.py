@@ -714,3 +714,33 @@ def test_sparse_tensors_are_a_named_error() -> None:
                        fullgraph=True, dynamic=False)
     with pytest.raises(UnsupportedOpError, match="sparse"):
         cf(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_small_integer_powers_are_eagers_products(dtype: torch.dtype) -> None:
+    """``x ** 3`` and ``x ** 2`` (GPT-2's ``gelu_new``) equal eager's bit for
+    bit (eager's kernel multiplies for these exponents), their gradients
+    within rounding (XLA may contract the backward's sum into an FMA), and
+    the program has no ``stablehlo.power``, which XLA:CPU evaluates through
+    ``exp``/``log``."""
+    from hlobridge._src.dynamo import program
+
+    g = torch.Generator().manual_seed(11)
+    x = (torch.randn(64, 33, generator=g, dtype=dtype) * 3).requires_grad_()
+
+    def f(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.pow(t, 3.0), t ** 2, t.pow(3)
+
+    torch._dynamo.reset()
+    since = program.graphs_compiled()
+    cf = torch.compile(f, backend="hlobridge", fullgraph=True, dynamic=False)
+    got, want = cf(x), f(x)
+    for a, e in zip(got, want, strict=True):
+        assert torch.equal(a, e)
+    (gx,) = torch.autograd.grad(sum(o.sum() for o in got), x)
+    (wx,) = torch.autograd.grad(sum(o.sum() for o in want), x)
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(gx, wx, rtol=4 * eps, atol=0)
+    texts = [t for gr in program.compiled_graphs(since) for p in gr.programs.values()
+             for t in p.segment_texts]
+    assert texts and not any("stablehlo.power" in t for t in texts), texts

@@ -27,6 +27,12 @@ sweep measured before (after: equal to eager torch, tested in
     returned the input's shape ((5, 5, 5) for a (5, 5, 5) input) instead of
     0-d results. Here: ``amin`` and ``amax`` over every dimension.
 
+``pow`` of float32/float64 tensors to the power 2 or 3
+    torch_xla's ``stablehlo.power`` runs through ``exp``/``log`` on XLA:CPU
+    (3.5-6x slower than multiplying; GPT-2's ``gelu_new`` cubes every MLP
+    activation). Here: ``x * x (* x)``, eager's own formula for these
+    exponents (bit-equal to eager).
+
 ``cumsum`` of integer/bool tensors without ``dtype``
     torch accumulates in int64 and returns int64; torch_xla accumulated in
     the input's type and returned int32 for int32 input (wrong dtype, and
@@ -172,7 +178,7 @@ from hlobridge._src.dynamo import linalg_numerics
 from hlobridge._src.dynamo.numerics_dtypes import (
     FLOAT64_FORMULAS, INT_TO_FLOAT, arange_small_int, atan2_promoted,
     conv_backward_half_bias, float64_formula, heaviside, in_float32, int8_widened,
-    int_to_float, isnan_exact, repeat_empty, sign_bool, soft_margin_loss_backward,
+    int_to_float, integer_power, isnan_exact, repeat_empty, sign_bool, soft_margin_loss_backward,
 )
 from hlobridge._src.dynamo.numerics_linalg import (
     abs_complex, dist_half, div_complex, div_scalar_complex, eigh, inv_ex,
@@ -260,6 +266,7 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.remainder.Tensor: int8_widened(a.remainder.Tensor, in_float32(a.remainder.Tensor)),
         a.remainder.Scalar: int8_widened(a.remainder.Scalar, in_float32(a.remainder.Scalar)),
         a.arange.start_step: arange_small_int,
+        a.pow.Tensor_Scalar: integer_power,
     }
     for name in FLOAT64_FORMULAS:
         op = getattr(a, name).default
