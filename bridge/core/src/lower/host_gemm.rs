@@ -48,6 +48,9 @@
 //! it; XLA's dot and the host kernel reached 0.6–0.8× of eager torch's
 //! MKL/oneDNN throughput on an Intel Xeon (docs/host_gemm.md).
 //!
+//! A bias add after such a call is folded into it afterwards
+//! (`lower::onednn_bias`).
+//!
 //! The op keeps its location and discardable attributes, and its result
 //! value (directly, or through the reshape after the call).
 
@@ -60,7 +63,7 @@ use smallvec::SmallVec;
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`), so executables
 /// compiled by an older rewrite are not served from a persistent cache.
-pub const REWRITE_VERSION: u32 = 8;
+pub const REWRITE_VERSION: u32 = 9;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +132,9 @@ pub struct HostGemmReport {
     pub products: usize,
     /// Of the rewritten, those sent to oneDNN's matrix product.
     pub onednn: usize,
+    /// Of those, the ones whose bias add was folded into the call
+    /// (`lower::onednn_bias`, run after this rewrite).
+    pub bias_fused: usize,
 }
 
 pub use hlobridge_host_abi::gemm::target_name;

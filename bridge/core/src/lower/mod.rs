@@ -6,6 +6,7 @@
 pub mod collectives;
 pub mod host_conv;
 pub mod host_gemm;
+pub mod onednn_bias;
 pub mod onednn_call;
 pub mod onednn_softmax;
 
@@ -221,6 +222,9 @@ pub fn lower_text_for_host_report(
     }
     if let Some(policy) = gemm {
         report.gemm = rewrite_host_gemm(&mut m, &policy);
+        if report.gemm.onednn > 0 {
+            report.gemm.bias_fused = onednn_bias::fuse_matmul_bias(&mut m);
+        }
     }
     if let Some(min) = softmax {
         report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m, min);

@@ -216,3 +216,12 @@ impl Emitter {
         self.push(m, name, &[a, b], ty, vec![])
     }
 }
+
+/// The backend config's JSON (unescaped).
+pub fn config_json(m: &Module, op: OpId) -> Option<serde_json::Value> {
+    let a = m.op_attr(op, "backend_config")?;
+    let Attribute::String { escaped, .. } = m.attr(a) else {
+        return None;
+    };
+    serde_json::from_str(&escaped.replace("\\\"", "\"")).ok()
+}

@@ -36,7 +36,7 @@ use super::onednn::ONEDNN_TARGET;
 use crate::dialects::common::{get_i64_array, i64_array};
 use crate::ir::{AttrId, Attribute, FloatKind, NamedAttr, OpId, Type, TypeId, ValueId};
 use crate::lower::onednn_call::{
-    def_op, layout_list, splat_value, static_tensor as tensor, use_lists, Emitter,
+    config_json, def_op, layout_list, splat_value, static_tensor as tensor, use_lists, Emitter,
 };
 use crate::Module;
 use smallvec::SmallVec;
@@ -124,15 +124,6 @@ pub fn fuse_epilogues(m: &mut Module) -> usize {
         fused += 1;
     }
     fused
-}
-
-/// The backend config's JSON (unescaped).
-fn config_json(m: &Module, op: OpId) -> Option<serde_json::Value> {
-    let a = m.op_attr(op, "backend_config")?;
-    let Attribute::String { escaped, .. } = m.attr(a) else {
-        return None;
-    };
-    serde_json::from_str(&escaped.replace("\\\"", "\"")).ok()
 }
 
 fn call_dims(m: &Module, op: OpId) -> Option<CallDims> {

@@ -29,6 +29,7 @@ fn mlp_products_become_host_gemm_calls() {
             rewritten: 3,
             products: 3,
             onednn: 0,
+            bias_fused: 0,
         }
     );
     assert!(
