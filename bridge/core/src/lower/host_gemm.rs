@@ -377,6 +377,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
     // zero-size special case then).
     let onednn = sides
         && work > 0
+        && nb + 2 <= onednn_call::MAX_RANK
         && lk == FloatKind::F32
         && policy.onednn_from_work.is_some_and(|from| work >= from);
     if !onednn && (!sides || work < policy.min_work || work > policy.max_work) {

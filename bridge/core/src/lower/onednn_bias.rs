@@ -11,14 +11,15 @@
 //! a separate pass that reads and writes the whole product again. When the
 //! product `%p` is a oneDNN call whose only user is such an add of an f32
 //! vector along its last dim, the add becomes the call itself with the
-//! vector as a third operand and oneDNN's `BIAS` post-op in the config's
-//! `fusions` (the plugin's thunk reshapes a lower-rank bias to the result's
-//! rank), as eager's `addmm` does; the separate call is dropped.
+//! vector, reshaped to `[1, ..., 1, N]` (the thunk's primitive descriptor
+//! was refused for a 1-D bias), as a third operand and oneDNN's `BIAS`
+//! post-op in the config's `fusions`, as eager's `addmm` does; the separate
+//! call is dropped.
 
 use crate::dialects::common::get_i64_array;
 use crate::ir::{FloatKind, OpId, Type, ValueId};
 use crate::lower::onednn_call::{
-    self, config_json, def_op, row_major, static_tensor, use_lists, PinnedLayouts, MATMUL,
+    self, config_json, def_op, row_major, static_tensor, use_lists, Emitter, PinnedLayouts, MATMUL,
 };
 use crate::Module;
 
@@ -38,8 +39,29 @@ pub fn fuse_matmul_bias(m: &mut Module) -> usize {
     for &(call, add, bias, ta, tb) in &plan {
         let [x, w] = [m.op(call).operands[0], m.op(call).operands[1]];
         let rank = |m: &Module, v| static_tensor(m, v).map_or(0, |(d, _)| d.len());
-        let ins = [row_major(rank(m, x)), row_major(rank(m, w)), row_major(1)];
-        let outs = [row_major(rank(m, m.op(add).results[0]))];
+        let out_rank = rank(m, m.op(add).results[0]);
+        // The thunk's primitive wants the bias at the result's rank:
+        // `[1, ..., 1, N]` (a bitcast of the vector for XLA).
+        let (bdims, belem) = static_tensor(m, bias).expect("matched biases are static");
+        let mut shape = vec![1i64; out_rank - 1];
+        shape.extend(bdims.iter().copied());
+        let bty = m.intern_type(Type::Tensor {
+            dims: shape.iter().copied().collect(),
+            elem: belem,
+            encoding: None,
+        });
+        let e = Emitter {
+            block: m.op(add).parent.expect("placed"),
+            at: add,
+            loc: m.op(add).loc,
+        };
+        let bias = e.push(m, "stablehlo.reshape", &[bias], bty, vec![]);
+        let ins = [
+            row_major(rank(m, x)),
+            row_major(rank(m, w)),
+            row_major(out_rank),
+        ];
+        let outs = [row_major(out_rank)];
         let json = format!(
             r#"{{"onednn_matmul_config": {{"transpose_a": {ta}, "transpose_b": {tb}, "fusions": {{"ops": ["BIAS"]}}}}}}"#
         );

@@ -22,6 +22,10 @@ pub const CONVOLUTION: &str = "__onednn$convolution";
 pub const MATMUL: &str = "__onednn$matmul";
 /// oneDNN's softmax (`OneDnnSoftmaxConfig`).
 pub const SOFTMAX: &str = "__onednn$softmax";
+/// The most dimensions a oneDNN memory descriptor has (`DNNL_MAX_NDIMS`).
+/// The thunk creates its primitive when it runs, and a descriptor oneDNN
+/// refuses there ends the process, so the rewrites never emit one beyond.
+pub const MAX_RANK: usize = 12;
 
 /// `[dense<[...]> : tensor<Nxindex>, ...]`: minor-to-major dimension lists.
 pub fn layout_list(m: &mut Module, layouts: &[Vec<i64>]) -> Attribute {

@@ -191,7 +191,10 @@ fn match_softmax(m: &Module, divide: OpId) -> Option<(ValueId, i64)> {
         return None;
     };
     let (dims, elem) = static_tensor(m, o.results[0])?;
-    if !matches!(m.ty(elem), Type::Float(FloatKind::F32)) || dims.is_empty() {
+    if !matches!(m.ty(elem), Type::Float(FloatKind::F32))
+        || dims.is_empty()
+        || dims.len() > onednn_call::MAX_RANK
+    {
         return None;
     }
     let exp = def_op(m, *num).filter(|&e| m.op_name(e) == "stablehlo.exponential")?;
