@@ -19,7 +19,8 @@
 use crate::dialects::common::get_i64_array;
 use crate::ir::{FloatKind, OpId, Type, ValueId};
 use crate::lower::onednn_call::{
-    self, config_json, def_op, row_major, static_tensor, use_lists, Emitter, PinnedLayouts, MATMUL,
+    self, config_json, def_op, is_call_to, row_major, static_tensor, use_lists, Emitter,
+    PinnedLayouts, MATMUL,
 };
 use crate::Module;
 
@@ -29,7 +30,7 @@ pub fn fuse_matmul_bias(m: &mut Module) -> usize {
     let mut plan: Vec<(OpId, OpId, ValueId, bool, bool)> = Vec::new();
     for i in 0..m.ops.len() {
         let call = OpId(i as u32);
-        if m.op(call).parent.is_none() || !is_matmul(m, call) {
+        if m.op(call).parent.is_none() || !is_call_to(m, call, MATMUL) {
             continue;
         }
         if let Some((add, bias, ta, tb)) = bias_add(m, call, &uses) {
@@ -89,13 +90,6 @@ pub fn fuse_matmul_bias(m: &mut Module) -> usize {
         tracing::debug!(count = plan.len(), "oneDNN matmul bias fusion");
     }
     plan.len()
-}
-
-fn is_matmul(m: &Module, op: OpId) -> bool {
-    m.op_name(op) == "stablehlo.custom_call"
-        && m.op_attr(op, "call_target_name").is_some_and(|a| {
-            matches!(m.attr(a), crate::ir::Attribute::String { escaped, .. } if escaped.as_str() == MATMUL)
-        })
 }
 
 /// `(add, bias, transpose_a, transpose_b)` when `call` (an unfused oneDNN

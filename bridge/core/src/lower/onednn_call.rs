@@ -177,7 +177,6 @@ impl Emitter {
         props: Vec<(&str, Attribute)>,
     ) -> ValueId {
         let op = m.add_op_named(name);
-        m.op_mut(op).operands = SmallVec::from_slice(operands);
         let mut named: Vec<NamedAttr> = props
             .into_iter()
             .map(|(n, a)| NamedAttr {
@@ -186,7 +185,21 @@ impl Emitter {
             })
             .collect();
         named.sort_by(|a, b| m.str(a.name).cmp(m.str(b.name)));
-        m.op_mut(op).props = named.into_iter().collect();
+        self.insert(m, op, operands, named, ty)
+    }
+
+    /// Places `op` (fresh from `add_op_named`) with `operands` and the
+    /// already sorted `props`; its one result, of type `ty`.
+    pub fn insert(
+        &self,
+        m: &mut Module,
+        op: OpId,
+        operands: &[ValueId],
+        props: impl IntoIterator<Item = NamedAttr>,
+        ty: TypeId,
+    ) -> ValueId {
+        m.op_mut(op).operands = SmallVec::from_slice(operands);
+        m.op_mut(op).props = props.into_iter().collect();
         m.op_mut(op).loc = self.loc;
         m.op_mut(op).parent = Some(self.block);
         let v = m.add_result(op, ty, None);
@@ -228,4 +241,12 @@ pub fn config_json(m: &Module, op: OpId) -> Option<serde_json::Value> {
         return None;
     };
     serde_json::from_str(&escaped.replace("\\\"", "\"")).ok()
+}
+
+/// Whether `op` is a `stablehlo.custom_call` to `target`.
+pub fn is_call_to(m: &Module, op: OpId, target: &str) -> bool {
+    m.op_name(op) == "stablehlo.custom_call"
+        && m.op_attr(op, "call_target_name").is_some_and(
+            |a| matches!(m.attr(a), Attribute::String { escaped, .. } if escaped.as_str() == target),
+        )
 }

@@ -117,17 +117,7 @@ fn emit(m: &mut Module, divide: OpId, x: ValueId, axis: i64) {
         }),
     );
     let call = m.add_op_named("stablehlo.custom_call");
-    m.op_mut(call).operands.push(x);
-    m.op_mut(call).props = props.into_iter().collect();
-    m.op_mut(call).loc = e.loc;
-    m.op_mut(call).parent = Some(e.block);
-    let soft = m.add_result(call, ty, None);
-    let ops = &mut m.blocks[e.block.index()].ops;
-    let pos = ops
-        .iter()
-        .position(|&o| o == divide)
-        .expect("op in its block");
-    ops.insert(pos, call);
+    let soft = e.insert(m, call, &[x], props, ty);
 
     // v = x == -inf ? 1 : x · 0 (NaN for NaN and ±inf, 0 for finite x).
     let neg_inf = e.constant(m, "0xFF800000".into(), ty);

@@ -36,7 +36,8 @@ use super::onednn::ONEDNN_TARGET;
 use crate::dialects::common::{get_i64_array, i64_array};
 use crate::ir::{AttrId, Attribute, FloatKind, NamedAttr, OpId, Type, TypeId, ValueId};
 use crate::lower::onednn_call::{
-    config_json, def_op, layout_list, splat_value, static_tensor as tensor, use_lists, Emitter,
+    config_json, def_op, is_call_to, layout_list, splat_value, static_tensor as tensor, use_lists,
+    Emitter,
 };
 use crate::Module;
 use smallvec::SmallVec;
@@ -266,11 +267,7 @@ fn match_epilogue(
 
 /// Whether `op` is a placed oneDNN convolution call.
 fn is_onednn_call(m: &Module, op: OpId) -> bool {
-    m.op(op).parent.is_some()
-        && m.op_name(op) == "stablehlo.custom_call"
-        && m.op_attr(op, "call_target_name").is_some_and(|a| {
-            matches!(m.attr(a), Attribute::String { escaped, .. } if escaped.as_str() == ONEDNN_TARGET)
-        })
+    m.op(op).parent.is_some() && is_call_to(m, op, ONEDNN_TARGET)
 }
 
 /// `c` as a `[O]` vector of type `vty`.
