@@ -281,6 +281,8 @@ fn load_api(path: &Path) -> Result<Api> {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    // Before any plugin code beyond its initialisers runs (docs there).
+    crate::plugin_memory::install(path);
     // SAFETY: the symbol type matches PJRT's `const PJRT_Api* GetPjrtApi()`.
     let get: GetPjrtApiFn = match unsafe { lib.get::<GetPjrtApiFn>(b"GetPjrtApi\0") } {
         Ok(sym) => *sym,

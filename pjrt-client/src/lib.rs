@@ -45,6 +45,7 @@ pub mod ffi;
 pub mod hlo;
 pub mod host_kernels;
 pub mod layout;
+pub mod plugin_memory;
 pub mod targets;
 pub mod topology;
 pub mod wait_policy;

@@ -126,6 +126,14 @@ variables! {
             default "warn (CLI), debug (Python extension)",
             read_by [Rust, Tests],
             "`tracing` filter directives for the Rust log events (e.g. `info`, `pjrt_client=trace`). The CLI prints to stderr; the Python extension forwards to Python's `logging` (logger `hlobridge.<target>`), whose own levels then apply.";
+        PluginMemoryPool = "HLOBRIDGE_PLUGIN_MEMORY_POOL",
+            default "auto",
+            read_by [Rust, Tests],
+            "Whether the plugin's large host allocations (8 MiB and up: a program's temporary buffer, large results) come from a cache of huge-page blocks that keeps freed blocks for the next execution, instead of glibc, which maps them fresh from the OS on every execution and takes a page fault per 4 KiB page (about 16% of a BERT-base training step on a 2-core Xeon; docs/reliability.md, \"Plugin memory\"): `auto` for the CPU plugin (a plugin file whose name contains `cpu`), `1` (or `true`, `on`, `yes`) for any plugin, `0` (or `false`, `off`, `no`) never. Read when the plugin is loaded.";
+        PluginMemoryCacheMb = "HLOBRIDGE_PLUGIN_MEMORY_CACHE_MB",
+            default "(a quarter of the machine's memory)",
+            read_by [Rust],
+            "Most MiB of freed plugin blocks that `HLOBRIDGE_PLUGIN_MEMORY_POOL` keeps for reuse; a block freed beyond it goes back to the OS. `hlobridge.runtime().trim_memory()` returns all of them. Read when the plugin is loaded.";
         SpinUs = "HLOBRIDGE_SPIN_US",
             default "250",
             read_by [Rust],

@@ -289,10 +289,14 @@ class TrainStep:
         optimizer's into ``optimizer.state``)."""
         n_p, n_s, n_a = len(self._param_list), traced.n_state_out, traced.n_aux
         # Assigning .data records nothing for autograd: no no_grad() needed.
+        # A value updated in place (_in_place_updates) comes back as the
+        # very tensor that went in: nothing to swap.
         for p, v in zip(self._param_list, outs[1:1 + n_p]):
-            p.data = v
+            if v is not p:
+                p.data = v
         for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
-            b.data = v
+            if v is not b:
+                b.data = v
         new_state = outs[1 + n_p:1 + n_p + n_s]
         if self._torch is not None:
             assert traced.out_state_spec is not None
@@ -351,7 +355,7 @@ class TrainStep:
 
         from hlobridge._src.collective_split import compile_graph
         from hlobridge._src.distributed_guard import DifferentiableCollectiveWatch
-        from hlobridge._src.dynamo.program import name_inputs
+        from hlobridge._src.dynamo.program import CompiledGraph, name_inputs
         from hlobridge._src.dynamo.engine import decompositions
 
         pnames = list(self._params)
@@ -511,6 +515,10 @@ class TrainStep:
             finish(gm)
             graph = compile_graph(gm, self.name)
             name_inputs(graph, names, aot=False)
+            if isinstance(graph, CompiledGraph):
+                graph.alias_mutated_inputs(_in_place_updates(
+                    n_p, bnames, mutated, state_spec, out_box[0] if out_box else state_spec,
+                    aux_box[0].num_leaves if aux_box else 0, torch_opt is not None))
         else:
             # dynamic=: the batch's sizes symbolic (hlobridge._src.dynamic.step).
             from hlobridge._src.dynamic.step import DynamicStep
@@ -591,6 +599,36 @@ def _drop_input_shaped_copies(gm: torch.fx.GraphModule) -> None:
             changed = True
     if changed:
         gm.recompile()
+
+
+def _in_place_updates(n_params: int, bnames: list[str], mutated: list[str],
+                      state_spec: pytree.TreeSpec, out_state_spec: pytree.TreeSpec, n_aux: int,
+                      torch_state: bool) -> list[tuple[int, int]]:
+    """``(graph output, graph input)`` pairs of the step's values that are
+    updated in place, as ``torch.optim`` updates them: each parameter, each
+    optimizer state leaf (matched by its pytree path: a torch optimizer's
+    input state is ``(per-parameter dicts, fresh vector)``, its output the
+    dicts alone) and each mutated buffer. The program then writes them into
+    the tensors' own memory (donated on the hot path), so a step needs no
+    second copy of the model and its state. Graph outputs: ``loss``, the new
+    parameters, the new state leaves, the aux leaves, the mutated buffers;
+    graph inputs: parameters, buffers, state leaves, hyperparameters,
+    batch. Pairs whose types differ are dropped when the program is built
+    (:func:`hlobridge._src.dynamo.aliasing.program_aliases`)."""
+    def paths(spec: pytree.TreeSpec) -> list[tuple[Any, ...]]:
+        tree = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+        return [tuple(p) for p, _ in pytree.tree_flatten_with_path(tree)[0]]
+
+    n_b = len(bnames)
+    state_in = {p: i for i, p in enumerate(paths(state_spec))}
+    pairs = [(1 + i, i) for i in range(n_params)]
+    for j, path in enumerate(paths(out_state_spec)):
+        i = state_in.get((pytree.SequenceKey(0), *path) if torch_state else path)
+        if i is not None:
+            pairs.append((1 + n_params + j, n_params + n_b + i))
+    first_buffer = 1 + n_params + out_state_spec.num_leaves + n_aux
+    pairs += [(first_buffer + m, n_params + bnames.index(name)) for m, name in enumerate(mutated)]
+    return pairs
 
 
 def _lift_buffer_mutations(gm: torch.fx.GraphModule, n_params: int, bnames: list[str],
