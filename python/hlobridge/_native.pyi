@@ -68,6 +68,14 @@ class Runtime:
     @property
     def discovered_by(self) -> str:
         """How the plugin was found (``entry_point``, ``HLOBRIDGE_PLUGIN``, ...)."""
+    @property
+    def memory_pool(self) -> dict[str, int | bool]:
+        """The plugin memory cache (``HLOBRIDGE_PLUGIN_MEMORY_POOL``):
+        ``installed``, ``reused``, ``mapped``, ``unmapped``,
+        ``cached_bytes``, ``live_bytes``."""
+    def trim_memory(self) -> int:
+        """Return the plugin memory cache's kept blocks to the OS; the bytes
+        released."""
 
 def runtime() -> Runtime:
     """The process-wide runtime, created on first call (plugin discovery and

@@ -397,6 +397,27 @@ impl Runtime {
     fn discovered_by(&self) -> &str {
         self.shared.found.source
     }
+    /// The plugin memory cache (`HLOBRIDGE_PLUGIN_MEMORY_POOL`): a dict of
+    /// `installed`, `reused` (requests served from a kept block), `mapped`,
+    /// `unmapped` (blocks taken from / returned to the OS), `cached_bytes`
+    /// and `live_bytes`.
+    #[getter]
+    fn memory_pool<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = pjrt_client::plugin_memory::stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("installed", pjrt_client::plugin_memory::installed())?;
+        d.set_item("reused", s.reused)?;
+        d.set_item("mapped", s.mapped)?;
+        d.set_item("unmapped", s.unmapped)?;
+        d.set_item("cached_bytes", s.cached_bytes)?;
+        d.set_item("live_bytes", s.live_bytes)?;
+        Ok(d)
+    }
+    /// Returns the plugin memory cache's kept blocks to the OS; the bytes
+    /// released.
+    fn trim_memory(&self) -> usize {
+        pjrt_client::plugin_memory::trim()
+    }
     fn __repr__(&self) -> String {
         format!(
             "Runtime(platform={:?}, devices={}, plugin={:?})",

@@ -317,3 +317,43 @@ def test_aux_outputs_and_gradient_clipping() -> None:
         close(aux["max"], ref_aux["max"].detach(), LOSS_TOL, f"aux max at step {i}")
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
             close(p.detach(), q.detach(), PARAM_TOL, f"{name} after step {i}")
+
+
+@pytest.mark.parametrize("optimizer", ["torch", "hlobridge"])
+def test_parameters_buffers_and_state_change_in_place_as_torch_optim_does(optimizer) -> None:
+    """Parameters and buffers are updated in the tensors' own memory on
+    every step, the first included, as ``torch.optim`` and BatchNorm update
+    them: a view taken before the first step sees each step's values (the
+    program writes into donated inputs; XLA honours the aliases). A torch
+    optimizer's ``optimizer.state`` is updated in place too; ``step.state``
+    of an hlobridge optimizer is a snapshot that later steps leave alone."""
+    model = ConvBN()
+    tensors = dict([*model.named_parameters(), *model.named_buffers()])
+    views = {n: t.detach() for n, t in tensors.items()}
+    ptrs = {n: t.data_ptr() for n, t in tensors.items()}
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))) for _ in range(3)]
+    if optimizer == "torch":
+        opt: Any = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step = run_both(model, opt, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                        batches[:2], loss_fn=ce)
+        held = {id(p): opt.state[p]["momentum_buffer"] for p in model.parameters()}
+        step(*batches[2])
+        assert all(opt.state[p]["momentum_buffer"] is held[id(p)] for p in model.parameters())
+    else:
+        # (SGD: Adam would move the conv bias, whose gradient before
+        # BatchNorm is rounding noise, by ±lr in either direction.)
+        step = run_both(model, optim.SGD(lr=0.1, momentum=0.9),
+                        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                        batches[:2], loss_fn=ce)
+        snapshot = step.state
+        kept = [t.clone() for t in jax.tree_util.tree_leaves(snapshot)]
+        step(*batches[2])
+        after = jax.tree_util.tree_leaves(step.state)
+        assert all(torch.equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(snapshot), kept))
+        assert not all(torch.equal(a, b) for a, b in zip(after, kept))
+        step.state = snapshot  # a rollback restores exactly the snapshot
+        assert all(torch.equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(step.state), kept))
+    for n, t in dict([*model.named_parameters(), *model.named_buffers()]).items():
+        assert t.data_ptr() == ptrs[n], f"{n} moved to new memory"
+        assert torch.equal(views[n], t), n
+    assert int(model.bn.num_batches_tracked) == 3

@@ -191,8 +191,9 @@ def _train_step(step: Any, batch: tuple[Any, ...]) -> list[Any]:
 
     model = step.model
     tensors = [*model.parameters(), *model.buffers()]
-    saved = [t.data for t in tensors]
-    state = step.state
+    # Copies: the step updates parameters and buffers in place.
+    saved = [t.data.clone() for t in tensors]
+    state = step.state  # a snapshot
     try:
         return _programs_run_by(lambda: step(*batch))
     finally:

@@ -16,9 +16,11 @@ eager torch. :func:`compile_train_step` captures the whole step instead:
    pieces lowered by the engine, JAX pieces by ``jax.jit``, stitched by the
    Rust core into ONE module, compiled once and cached;
 3. each call runs that one executable on the parameters, buffers, optimizer
-   state and batch (zero-copy in), and swaps the new parameter, buffer and
-   state values in (zero-copy out: ``param.data`` aliases the PJRT buffer;
-   the ``nn.Parameter`` objects stay the same).
+   state and batch (zero-copy in), and the program writes the new
+   parameter, buffer and state values into those tensors' own memory, as
+   ``torch.optim`` updates them (donated inputs, :func:`_in_place_updates`;
+   the first call of a signature copies them in). ``TrainStep.state`` is a
+   snapshot.
 
 A ``torch.optim`` optimizer (:mod:`hlobridge._src.torch_optim`) keeps its
 state in ``optimizer.state`` (read before and written after each call) and
@@ -281,22 +283,29 @@ class TrainStep:
         outs = traced.graph(*flat)
         flat_batch = batch_spec == pytree.tree_flatten(tuple(batch_leaves))[1]
         self._last = traced if flat_batch else None
-        return self._apply(outs, traced)
+        # The first call of a signature runs without donation: its new
+        # parameter and buffer values are copied in, so that they are
+        # updated in place on every call, as torch.optim updates them.
+        return self._apply(outs, traced, copy_in=bool(getattr(traced.graph, "mutations", ())))
 
-    def _apply(self, outs: list[Any], traced: _Traced) -> Any:
-        """Swap the program's results in: parameters and buffers by
-        ``.data`` (zero-copy), the optimizer state's leaves (a torch
-        optimizer's into ``optimizer.state``)."""
+    def _apply(self, outs: list[Any], traced: _Traced, copy_in: bool = False) -> Any:
+        """Put the program's results in place: parameters and buffers (a
+        value updated in place (``_in_place_updates``) comes back as the very
+        tensor that went in; otherwise copied in with ``copy_in``, else
+        swapped in by ``.data``, zero-copy), the optimizer state's leaves (a
+        torch optimizer's into ``optimizer.state``)."""
         n_p, n_s, n_a = len(self._param_list), traced.n_state_out, traced.n_aux
-        # Assigning .data records nothing for autograd: no no_grad() needed.
-        # A value updated in place (_in_place_updates) comes back as the
-        # very tensor that went in: nothing to swap.
-        for p, v in zip(self._param_list, outs[1:1 + n_p]):
-            if v is not p:
-                p.data = v
-        for b, v in zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:]):
-            if v is not b:
-                b.data = v
+        pairs = [*zip(self._param_list, outs[1:1 + n_p]),
+                 *zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:])]
+        for t, v in pairs:
+            if v is t:
+                continue
+            if copy_in and v.shape == t.shape and v.dtype == t.dtype:
+                with torch.no_grad():
+                    t.data.copy_(v)
+            else:
+                # Assigning .data records nothing for autograd.
+                t.data = v
         new_state = outs[1 + n_p:1 + n_p + n_s]
         if self._torch is not None:
             assert traced.out_state_spec is not None
@@ -311,11 +320,14 @@ class TrainStep:
 
     @property
     def state(self) -> Any:
-        """The optimizer state (the pytree ``optimizer.init`` made, holding
-        the latest values); a torch optimizer's is ``optimizer.state``."""
+        """The optimizer state (the pytree ``optimizer.init`` made): a
+        snapshot of the latest values, which later steps leave as it is (the
+        step updates its own state in place). A torch optimizer's is
+        ``optimizer.state``, updated in place as ``optimizer.step()`` does."""
         if self._torch is not None:
             return self._torch.opt.state
-        return pytree.tree_unflatten(list(self._state_leaves), self._state_spec)
+        return pytree.tree_unflatten([_snapshot(t) for t in self._state_leaves],
+                                     self._state_spec)
 
     @state.setter
     def state(self, value: Any) -> None:
@@ -325,7 +337,8 @@ class TrainStep:
         leaves, spec = pytree.tree_flatten(value)
         if spec != self._state_spec:
             self._last = None  # a new structure needs a new trace
-        self._state_leaves, self._state_spec = leaves, spec
+        # Copied: the step updates its state in place, the caller's stays.
+        self._state_leaves, self._state_spec = [_snapshot(t) for t in leaves], spec
 
     def _admitting(self, flat: list[Any], key: Any) -> _Traced | None:
         """``dynamic=``: a symbolic trace of this structure whose guards
@@ -599,6 +612,11 @@ def _drop_input_shaped_copies(gm: torch.fx.GraphModule) -> None:
             changed = True
     if changed:
         gm.recompile()
+
+
+def _snapshot(leaf: Any) -> Any:
+    """A copy of a state leaf that the step's in-place updates leave alone."""
+    return leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
 
 
 def _in_place_updates(n_params: int, bnames: list[str], mutated: list[str],
