@@ -248,3 +248,14 @@ pub(crate) fn redirect(path: &Path, new: &[(&str, usize)]) -> Result<Vec<usize>,
     protect(&relro_pages, libc::PROT_READ)?;
     Ok(counts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_that_is_not_loaded_changes_nothing() {
+        let e = redirect(Path::new("/nonexistent/libnothing.so"), &[("free", 0)]).unwrap_err();
+        assert!(e.contains("is not loaded"), "{e}");
+    }
+}
