@@ -246,7 +246,7 @@ pub(crate) unsafe extern "C" fn hook_posix_memalign(
     align: usize,
     size: usize,
 ) -> c_int {
-    let valid = align.is_power_of_two() && align % std::mem::size_of::<usize>() == 0;
+    let valid = align.is_power_of_two() && align.is_multiple_of(std::mem::size_of::<usize>());
     match if valid { alloc(size, align) } else { None } {
         Some(p) => {
             // SAFETY: `out` is the caller's result slot, as for libc.
