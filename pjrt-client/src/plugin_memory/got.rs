@@ -198,7 +198,7 @@ pub(crate) fn redirect(path: &Path, new: &[(&str, usize)]) -> Result<Vec<usize>,
                 unsafe { CStr::from_ptr((strtab + sym.name as usize) as *const libc::c_char) };
             let Ok(name) = name.to_str() else { continue };
             if let Some(i) = new.iter().position(|(n, _)| *n == name) {
-                slots.push((abs(r.offset), new[i].1));
+                slots.push((abs(r.offset), i));
                 counts[i] += 1;
             }
         }
@@ -238,8 +238,9 @@ pub(crate) fn redirect(path: &Path, new: &[(&str, usize)]) -> Result<Vec<usize>,
         let _ = protect(&relro_pages, libc::PROT_READ);
         return Err(e);
     }
-    slots.sort_by_key(|&(_, addr)| new.iter().position(|(_, a)| *a == addr));
-    for (slot, addr) in slots {
+    slots.sort_by_key(|&(_, i)| i);
+    for (slot, i) in slots {
+        let addr = new[i].1;
         // SAFETY: `slot` is an 8-byte-aligned, writable GOT slot of this
         // object; one atomic store, so a concurrent call through it reads
         // either the old or the new address.

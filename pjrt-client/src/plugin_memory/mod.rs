@@ -36,11 +36,13 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 pub fn wanted(path: &Path) -> bool {
     use hlobridge_config::Var;
     let value = hlobridge_config::get(Var::PluginMemoryPool);
-    match value.as_deref().map(str::trim) {
-        None | Some("") | Some("auto") => path
-            .file_name()
+    let auto = || {
+        path.file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.contains("cpu")),
+            .is_some_and(|n| n.contains("cpu"))
+    };
+    match value.as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => auto(),
         Some(v) if hlobridge_config::is_off_word(v) => false,
         Some(v) if hlobridge_config::is_on_word(v) => true,
         Some(v) => {
@@ -48,9 +50,7 @@ pub fn wanted(path: &Path) -> bool {
                 value = v,
                 "HLOBRIDGE_PLUGIN_MEMORY_POOL: not auto, 1 or 0; using auto"
             );
-            path.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.contains("cpu"))
+            auto()
         }
     }
 }

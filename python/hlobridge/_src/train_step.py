@@ -290,16 +290,16 @@ class TrainStep:
 
     def _apply(self, outs: list[Any], traced: _Traced, copy_in: bool = False) -> Any:
         """Put the program's results in place: parameters and buffers (a
-        value updated in place (``_in_place_updates``) comes back as the very
-        tensor that went in; otherwise copied in with ``copy_in``, else
+        value updated in place (``_in_place_updates``) comes back in the
+        tensor's own memory; otherwise copied in with ``copy_in``, else
         swapped in by ``.data``, zero-copy), the optimizer state's leaves (a
         torch optimizer's into ``optimizer.state``)."""
         n_p, n_s, n_a = len(self._param_list), traced.n_state_out, traced.n_aux
         pairs = [*zip(self._param_list, outs[1:1 + n_p]),
                  *zip(traced.mutated_buffer_tensors, outs[1 + n_p + n_s + n_a:])]
         for t, v in pairs:
-            if v is t:
-                continue
+            if v is t or v.data_ptr() == t.data_ptr():
+                continue  # written in place (by the native hot path, or the graph's)
             if copy_in and v.shape == t.shape and v.dtype == t.dtype:
                 with torch.no_grad():
                     t.data.copy_(v)
