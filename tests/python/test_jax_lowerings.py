@@ -19,6 +19,7 @@ the ``jax.jit`` segment stitched in with the torch ones around it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,18 @@ def _tri(g: torch.Generator, dt: torch.dtype, n: int, upper: bool) -> torch.Tens
 
 
 # name -> (function, inputs, differentiable, JAX segment expected, dtypes)
+def _index_reduce(s: torch.Tensor, dim: int, i: torch.Tensor, v: torch.Tensor, reduce: str,
+                  **kw: Any) -> torch.Tensor:
+    return s.index_reduce(dim, i, v, reduce, **kw)
+
+
+# ``index_reduce`` warns once per process that it is in beta (an error under
+# ``-W error``, and Dynamo cannot trace ``catch_warnings``): spend it here.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", r"index_reduce\(\) is in beta", UserWarning)
+    torch.zeros(1).index_reduce(0, torch.tensor([0]), torch.ones(1), "amax")
+
+
 R = (torch.float32, torch.float64)
 C = (torch.complex64, torch.complex128)
 CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, ...]]] = {
@@ -219,6 +232,44 @@ CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, 
         lambda g, d: (torch.sort(_r(g, d, 3, 9))[0], _r(g, d, 3, 5)), False, True, R),
     "bucketize": (lambda x, b: torch.bucketize(x, b, right=True),
                   lambda g, d: (_r(g, d, 4, 5), torch.sort(_r(g, d, 7))[0]), False, True, R),
+    # scatter_reduce (scatter_lowerings.py): duplicate indices, unhit
+    # positions, an index smaller than src (only its part of src is read;
+    # eager's backward refuses that, so forward only)
+    "scatter_reduce_amax": (lambda s, i, v: torch.scatter_reduce(s, 1, i, v, "amax",
+                                                                 include_self=False),
+                            lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (3, 6), generator=g),
+                                          _r(g, d, 3, 6)), True, True, R),
+    "scatter_reduce_amin_self": (lambda s, i, v: torch.scatter_reduce(s, 0, i, v, "amin"),
+                                 lambda g, d: (_r(g, d, 4, 3), torch.randint(0, 4, (5, 3),
+                                                                             generator=g),
+                                               _r(g, d, 5, 3)), True, True, R),
+    "scatter_reduce_prod": (lambda s, i, v: torch.scatter_reduce(s, 1, i, v, "prod"),
+                            lambda g, d: (_r(g, d, 2, 6), torch.randint(0, 6, (2, 8), generator=g),
+                                          _r(g, d, 2, 8)), True, True, R),
+    "scatter_reduce_mean": (lambda s, i, v: torch.scatter_reduce(s, 0, i, v, "mean",
+                                                                 include_self=False),
+                            lambda g, d: (_r(g, d, 6, 2), torch.randint(0, 3, (5, 2), generator=g),
+                                          _r(g, d, 5, 2)), True, True, R),
+    "index_reduce_amax": (lambda s, i, v: _index_reduce(s, 1, i, v, "amax", include_self=False),
+                          lambda g, d: (_r(g, d, 3, 5), torch.tensor([4, 0, 4, 2]),
+                                        _r(g, d, 3, 4)), True, True, R),
+    "index_reduce_mean_0d": (lambda s, i, v: _index_reduce(s, 0, i, v, "mean"),
+                             lambda g, d: (_r(g, d), torch.tensor([0]), _r(g, d)), True, True, R),
+    "index_reduce_prod": (lambda s, i, v: _index_reduce(s, 0, i, v, "prod"),
+                          lambda g, d: (_r(g, d, 4, 2), torch.tensor([1, 3, 1]),
+                                        _r(g, d, 3, 2)), True, True, R),
+    "scatter_value_long_index": (lambda s, i: torch.scatter(s, 1, i, -2.5),
+                                 lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (3, 7),
+                                                                             generator=g)),
+                                 True, False, R),
+    "scatter_reduce_src_larger": (lambda s, i, v: torch.scatter_reduce(s, 1, i, v, "mean"),
+                                  lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (2, 4),
+                                                                              generator=g),
+                                                _r(g, d, 3, 7)), False, True, R),
+    "scatter_reduce_amax_nan": (lambda s, i, v: torch.scatter_reduce(s, 0, i, v, "amax"),
+                                lambda g, d: (_r(g, d, 3), torch.tensor([0, 0, 2, 2]),
+                                              torch.tensor([1.0, float("nan"), -1.0, 0.5],
+                                                           dtype=d)), False, True, R),
 }
 
 

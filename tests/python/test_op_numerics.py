@@ -631,6 +631,14 @@ COMPLEX_CASES: dict[str, Case] = {
     "dist": (torch.dist, lambda g: (_complex(g, 5, 5), _complex(g, 5, 5)), True),
     "dist_p3": (lambda a, b: torch.dist(a, b, 3), lambda g: (_complex(g, 4, 6), _complex(g, 6)),
                 True),
+    # torch_xla's mean of c64 failed ("Invalid type for NanValue (C64)"),
+    # and with it rms_norm and the backward of var/std
+    "mean": (torch.mean, lambda g: (_complex(g, 4, 6),), True),
+    "mean_dim_keepdim": (lambda x: x.mean((0, 2), keepdim=True),
+                         lambda g: (_complex(g, 3, 4, 5),), True),
+    "rms_norm": (lambda x: torch.nn.functional.rms_norm(x, (6,)),
+                 lambda g: (_complex(g, 3, 6),), True),
+    "var_backward": (lambda x: x.var(1), lambda g: (_complex(g, 4, 5),), True),
     # torch_xla failed to lower isnan of c64
     "isnan": (torch.isnan, lambda g: (
         torch.tensor([complex(_NAN, 0), complex(1, _NAN), 2 + 1j, complex(_INF, 1)]),), False),
@@ -744,3 +752,48 @@ def test_small_integer_powers_are_eagers_products(dtype: torch.dtype) -> None:
     texts = [t for gr in program.compiled_graphs(since) for p in gr.programs.values()
              for t in p.segment_texts]
     assert texts and not any("stablehlo.power" in t for t in texts), texts
+
+
+# 0-d inputs (found by the sweep, #27): a used 0-d input that torch_xla did
+# not make a parameter was refused; for ``fill``/``zeros_like`` or a zero
+# gradient's cotangent the value is not read at all, and 0-d bools (trace
+# value 0 or 1: inlined, or merged with an equal scalar) are now vectors
+# inside the program.
+def test_zero_d_bool_inputs_stay_program_inputs() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(a & ~b, x, -x) + b + (a | b).float()
+
+    g = torch.compile(f, backend="hlobridge", fullgraph=True, dynamic=False)
+    x = torch.randn(5, generator=torch.Generator().manual_seed(3))
+    for a in (True, False):
+        for b in (True, False):
+            ta, tb = torch.tensor(a), torch.tensor(b)
+            torch.testing.assert_close(g(ta, tb, x), f(ta, tb, x), rtol=0, atol=0)
+    both = torch.compile(lambda a, b: (a & b, a ^ b), backend="hlobridge", fullgraph=True)
+    for a in (True, False):
+        for b in (True, False):
+            got = both(torch.tensor(a), torch.tensor(b))
+            assert [t.item() for t in got] == [a and b, a != b] and got[0].dim() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8, torch.complex64])
+def test_zero_d_input_read_only_for_its_shape(dtype: torch.dtype) -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.full_like(x, 3), torch.zeros_like(x), torch.ones_like(x) * 2
+
+    g = torch.compile(f, backend="hlobridge", fullgraph=True, dynamic=False)
+    x = torch.tensor(5, dtype=dtype)
+    for got, want in zip(g(x), f(x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_zero_gradient_of_a_zero_d_input_compiles() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.div(x, 0.7, rounding_mode="floor") + torch.round(x, decimals=1)
+
+    g = torch.compile(f, backend="hlobridge", fullgraph=True, dynamic=False)
+    x = torch.tensor(3.7, requires_grad=True)
+    y = g(x)
+    (gx,) = torch.autograd.grad(y, x)
+    torch.testing.assert_close(y, f(x.detach()), rtol=0, atol=0)
+    torch.testing.assert_close(gx, torch.tensor(0.0), rtol=0, atol=0)

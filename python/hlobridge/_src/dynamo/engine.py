@@ -60,6 +60,10 @@ class LoweredPiece:
     outputs: list[TensorSpec]
     """Concrete type of each result of ``main``."""
     engine: str
+    widened: tuple[int, ...] = ()
+    """Piece inputs that are 0-d but whose ``main`` parameter is their
+    1-element vector (``tensor<1xi1>`` for a 0-d bool): reshape them
+    before the call."""
 
 
 class LoweringEngine(Protocol):
@@ -86,15 +90,47 @@ class TorchXlaLazyEngine:
         self._device = torch_xla.device()
 
     def lower(self, gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> LoweredPiece:
-        """Trace ``gm`` on lazy ``xla`` tensors and return its StableHLO."""
+        """Trace ``gm`` on lazy ``xla`` tensors and return its StableHLO.
+
+        A used 0-d bool input is traced as a 1-element vector (a bool trace
+        value would be 0 or 1, which torch_xla inlines or merges with
+        another equal scalar): its ``main`` parameter is ``tensor<1xi1>``,
+        listed in :attr:`LoweredPiece.widened`. A used 0-d input of another
+        dtype that is not a parameter is accepted only when a second trace
+        with another value for it gives the same program (the op reads its
+        shape, not its value: ``zeros_like``, ``fill``, a zero gradient's
+        cotangent); otherwise torch_xla baked its value in, and the graph
+        is refused by name."""
+        widened = _widened_inputs(gm, inputs)
+        text, params, specs = self._trace(gm, inputs, widened, salted=frozenset())
+        missing = _missing_scalars(gm, inputs, params)
+        if missing:
+            text2, params2, _ = self._trace(gm, inputs, widened, salted=missing)
+            if text2 != text or not _same_params(params, params2):
+                i = min(missing)
+                raise CompileBackendError(
+                    f"hlobridge backend: torch_xla inlined the 0-d {inputs[i][1]} input "
+                    f"{_placeholder_names(gm)[i]} as a constant; pass it as a 1-element tensor "
+                    f"or keep it out of the compiled region")
+        return LoweredPiece(text=text, params=params, outputs=specs, engine=self.name,
+                            widened=tuple(sorted(widened)))
+
+    def _trace(self, gm: torch.fx.GraphModule, inputs: list[TensorSpec], widened: frozenset[int],
+               salted: frozenset[int]
+               ) -> tuple[str, list[int | torch.Tensor], list[TensorSpec]]:
+        """One lazy trace of ``gm``: the StableHLO text, ``main``'s
+        parameters and the output specs. Inputs in ``salted`` get another
+        trace value than usual."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch_xla.debug import metrics
 
         C = self._xla._XLAC
         with self._lock, unset_fake_temporarily(), torch.no_grad():
             dev = self._device
-            gm = _on_device(gm, dev, inputs)
-            ins = [_trace_value(shape, dt, i).to(dev) for i, (shape, dt) in enumerate(inputs)]
+            gm = _on_device(gm, dev, inputs, widened)
+            ins = [_trace_value((1,) if i in widened else shape, dt,
+                                i + _SALT if i in salted else i).to(dev)
+                   for i, (shape, dt) in enumerate(inputs)]
             index = {C._xla_get_tensor_id(t): i for i, t in enumerate(ins)}
             metrics.clear_counters()
             try:
@@ -127,8 +163,12 @@ class TorchXlaLazyEngine:
                 i = index.get(tid)
                 params.append(i if i is not None else value.detach().cpu().clone())
             specs = [(tuple(o.shape), o.dtype) for o in outs]
-        _check_inputs_kept(gm, inputs, params)
-        return LoweredPiece(text=text, params=params, outputs=specs, engine=self.name)
+        return text, params, specs
+
+
+_SALT = 4099
+"""Added to an input's trace-value index for the second trace that tells an
+unused 0-d input from an inlined one (odd, so no wide value repeats)."""
 
 
 def decompositions() -> dict[Any, Any]:
@@ -364,11 +404,13 @@ def _batch_norm_in_place(x: torch.Tensor, weight: torch.Tensor | None,
 
 
 def _on_device(gm: torch.fx.GraphModule, dev: torch.device,
-               inputs: list[TensorSpec] | None = None) -> torch.fx.GraphModule:
+               inputs: list[TensorSpec] | None = None,
+               widened: frozenset[int] = frozenset()) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose factory ops (``full``, ``arange``, ...) create
     their tensors on ``dev`` instead of the CPU, with the rewrites torch_xla
-    needs (reduce-all dimensions spelled out, slice bounds clamped) and
-    without dead nodes."""
+    needs (reduce-all dimensions spelled out, slice bounds clamped), the
+    ``widened`` placeholders taking a 1-element vector that is squeezed
+    back to 0-d, and without dead nodes."""
     graph = copy.deepcopy(gm.graph)
     # A piece's placeholders carry no metadata: give them their concrete
     # type, which the rewrites below read.
@@ -376,6 +418,12 @@ def _on_device(gm: torch.fx.GraphModule, dev: torch.device,
     for node, (shape, dt) in zip(placeholders, inputs or []):
         if "val" not in node.meta:
             node.meta["val"] = torch.empty(shape, dtype=dt, device="meta")
+    for i in widened:
+        node = placeholders[i]
+        with graph.inserting_after(node):
+            squeezed = graph.call_function(torch.ops.aten.squeeze.dim, (node, 0))
+        node.replace_all_uses_with(squeezed, delete_user_cb=lambda user: user is not squeezed)
+        squeezed.meta["val"] = node.meta["val"]
     for node in graph.nodes:
         device = node.kwargs.get("device")
         if node.op == "call_function" and device is not None and torch.device(device).type == "cpu":
@@ -491,17 +539,43 @@ def _scalar_trace_value(dt: torch.dtype, index: int) -> torch.Tensor:
     return torch.full((), 97 + index % 29, dtype=dt)
 
 
-def _check_inputs_kept(gm: torch.fx.GraphModule, inputs: list[TensorSpec],
-                       params: list[int | torch.Tensor]) -> None:
-    """A used 0-d input that is no parameter was inlined as a constant (a
-    0-d bool): refuse rather than bake its trace value in."""
+def _placeholder_names(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _used_scalars(gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> list[int]:
+    """Positions of the 0-d inputs the graph reads (dead code aside)."""
+    graph = copy.deepcopy(gm.graph)
+    graph.eliminate_dead_code()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    return [i for i, (node, (shape, _)) in enumerate(zip(placeholders, inputs))
+            if node.users and len(shape) == 0]
+
+
+def _widened_inputs(gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> frozenset[int]:
+    """The used 0-d bool inputs: traced as 1-element vectors."""
+    return frozenset(i for i in _used_scalars(gm, inputs) if inputs[i][1] == torch.bool)
+
+
+def _missing_scalars(gm: torch.fx.GraphModule, inputs: list[TensorSpec],
+                     params: list[int | torch.Tensor]) -> frozenset[int]:
+    """Used 0-d inputs that are no parameter of the traced program."""
     kept = {p for p in params if isinstance(p, int)}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i, (node, (shape, dt)) in enumerate(zip(placeholders, inputs)):
-        if i not in kept and node.users and len(shape) == 0:
-            raise CompileBackendError(
-                f"hlobridge backend: torch_xla inlined the 0-d {dt} input {node.name} as a "
-                f"constant; pass it as a 1-element tensor or keep it out of the compiled region")
+    return frozenset(i for i in _used_scalars(gm, inputs) if i not in kept)
+
+
+def _same_params(a: list[int | torch.Tensor], b: list[int | torch.Tensor]) -> bool:
+    """The same parameter list: equal input positions, equal constants."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, int) or isinstance(y, int):
+            if x != y:
+                return False
+        elif x.dtype != y.dtype or x.shape != y.shape or not torch.equal(
+                x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
+            return False
+    return True
 
 
 _engines: dict[str, LoweringEngine] = {}

@@ -70,6 +70,10 @@ Found by the OpInfo sweep (``make sweep``, #27):
     (``var_mean``), a wrong one (``std_mean``, error 0.55) or failed. Here:
     ``var(re) + var(im)``.
 
+``mean`` of complex tensors
+    torch_xla's lowering failed (``rms_norm`` and the backward of complex
+    ``var``/``std`` with it). Here: the sum over the element count.
+
 ``linalg_inv_ex`` (``linalg.inv``, ``tensorinv``), ``linalg_pinv``, ``_linalg_eigh``, SVD and
 log-determinant of empty matrices
     ``hlobridge._src.dynamo.linalg_numerics``: complex inverses were wrong
@@ -185,7 +189,7 @@ from hlobridge._src.dynamo.numerics_linalg import (
     linalg_svd, logaddexp_complex, logdet_empty, slogdet, vector_norm_complex,
 )
 from hlobridge._src.dynamo.numerics_reductions import (
-    aminmax, arg_extreme, avg_pool_divisor, complex_var, cummax, cumsum,
+    aminmax, arg_extreme, avg_pool_divisor, complex_mean, complex_var, cummax, cumsum,
     extreme_all, extreme_dim, extreme_values, with_int64_indices, complex_var_mean,
 )
 from hlobridge._src.dynamo.zero_d_dims import ZERO_D_OPS, zero_d_wrap
@@ -238,6 +242,8 @@ def numerics_decompositions() -> dict[Any, Any]:
         a.sgn.default: sign_bool(a.sgn.default),
         a.avg_pool2d.default: avg_pool_divisor(a.avg_pool2d.default, 5),
         a.avg_pool3d.default: avg_pool_divisor(a.avg_pool3d.default, 5),
+        a.mean.dim: complex_mean,
+        a.mean.default: complex_mean,
         a.var.correction: complex_var(a.var.correction),
         a.std.correction: complex_var(a.std.correction),
         a.var_mean.correction: complex_var(a.var_mean.correction),

@@ -190,6 +190,21 @@ def complex_var(op: Any) -> Callable[..., Any]:
     return decomp
 
 
+def complex_mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *,
+                 dtype: Any = None) -> Any:
+    """``mean`` of a complex tensor (``mean.default`` and ``mean.dim``):
+    torch_xla's lowering failed ("Invalid type for NanValue (C64)"), and
+    with it ``rms_norm`` and the backward of ``var``/``std`` of complex.
+    Here: the sum over the element count (an empty slice: NaN, as eager)."""
+    if not x.is_complex() and not (dtype is not None and dtype.is_complex):
+        return NotImplemented
+    dims = reduced_dims(x, dim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return _aten.sum.dim_IntList(x, dims, keepdim, dtype=dtype) / n
+
+
 def complex_var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None,
                      keepdim: bool = False) -> Any:
     """``var_mean`` of a complex tensor, as torch computes it (a real

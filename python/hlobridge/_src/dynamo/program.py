@@ -316,14 +316,15 @@ class CompiledGraph:
         report = json.loads(sp.report_json)
         ops = {s["name"]: s.get("ops", 0) for s in report.get("segments", [])}
         # The receipt lists the computing segments; each scalar constant
-        # segment (XLA folds it) is counted on the segment that reads it.
+        # segment (XLA folds it) is counted on the segment that reads it,
+        # and a reshape segment (a 0-d bool input as a vector) is left out.
         scalar = {s[5][0] for s, e in zip(segs, engines) if e == "constant"}
         segments = tuple(
             StitchedSegment(name=s[0], producer=s[1], fingerprint=exe.fingerprint,
                             num_inputs=len(s[4]), num_outputs=len(s[5]), engine=e,
                             graph=self.label, ops=int(ops.get(s[0], 0)),
                             constants=sum(1 for h in s[4] if h in scalar))
-            for s, e in zip(segs, engines) if e != "constant")
+            for s, e in zip(segs, engines) if e not in ("constant", "reshape"))
         const_tensors = [consts[n].contiguous() for n in used_consts]
         shapes = [types[part.placeholders[i]][0] for i in used_args]
         shapes += [tuple(c.shape) for c in const_tensors]

@@ -52,7 +52,9 @@ class StitchedPartition:
     """The stitcher's report (segments, ops...), JSON."""
     segs: list[Seg]
     engines: list[str]
-    """Per segment: the engine's name, ``"jax.jit"`` or ``"constant"``."""
+    """Per segment: the engine's name, ``"jax.jit"``, ``"constant"`` (a
+    scalar XLA folds) or ``"reshape"`` (a 0-d input as the 1-element vector
+    a torch segment takes)."""
     consts: dict[str, torch.Tensor]
     """Graph constants and engine-made tensor parameters, by handle."""
     used_args: list[int]
@@ -137,6 +139,18 @@ def _lower_torch(piece: TorchPiece, types: dict[str, TensorSpec], consts: dict[s
     check_stablehlo_collectives(lowered.text, f"hlobridge backend ({label}, {piece.name})")
     handles: list[str] = []
     for k, p in enumerate(lowered.params):
+        if isinstance(p, int) and p in lowered.widened:
+            # A 0-d input the engine traced as its 1-element vector: a
+            # reshape segment between (XLA folds it).
+            name = f"{piece.name}_vec{p}"
+            shape, dt = types[piece.inputs[p]]
+            types[name] = ((1,), dt)
+            segs.append((name, "torch", _vector_module(mlir_type((shape, dt)),
+                                                       mlir_type(((1,), dt))),
+                         "main", [piece.inputs[p]], [name]))
+            engines.append("reshape")
+            handles.append(name)
+            continue
         if isinstance(p, int):
             handles.append(piece.inputs[p])
             continue
@@ -170,6 +184,13 @@ def _lower_jax(piece: JaxPiece, types: dict[str, TensorSpec], platform: str) -> 
     for h, info in zip(piece.outputs, out_info):
         types[h] = (tuple(info.shape), require_torch_dtype(info.dtype, "hlobridge backend"))
     return (piece.name, producer_of(traced), text, "main", piece.inputs, piece.outputs)
+
+
+def _vector_module(scalar: str, vector: str) -> str:
+    """A module whose ``main`` reshapes a 0-d tensor to its 1-element vector."""
+    return (f"module @vector {{\n  func.func public @main(%arg0: {scalar}) -> {vector} {{\n"
+            f"    %0 = stablehlo.reshape %arg0 : ({scalar}) -> {vector}\n"
+            f"    return %0 : {vector}\n  }}\n}}\n")
 
 
 def _scalar_module(value: torch.Tensor) -> str:
