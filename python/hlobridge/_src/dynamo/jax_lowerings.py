@@ -694,8 +694,9 @@ def jax_lowerings() -> dict[Any, Callable[..., Any]]:
     # register its ops after the first compile.
     from hlobridge._src.dynamo.grouped_lowerings import grouped_lowerings
     from hlobridge._src.dynamo.lu_lowerings import lu_lowerings
+    from hlobridge._src.dynamo.pool_lowerings import pool_lowerings
     from hlobridge._src.dynamo.scatter_lowerings import scatter_lowerings
     from hlobridge._src.dynamo.select_lowerings import select_lowerings
 
     return (dict(_table()) | grouped_lowerings() | select_lowerings() | scatter_lowerings()
-            | lu_lowerings())
+            | lu_lowerings() | pool_lowerings())
