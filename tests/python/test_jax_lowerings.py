@@ -306,6 +306,11 @@ CASES: dict[str, tuple[Callable[..., Any], Make, bool, bool, tuple[torch.dtype, 
                                  lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (3, 7),
                                                                              generator=g)),
                                  True, False, R),
+    "scatter_reduce_bool": (lambda s, i, v: torch.stack([
+        torch.scatter_reduce(s > 0, 1, i, v > 0, r, include_self=inc)
+        for r in ("sum", "prod", "amax", "amin") for inc in (True, False)]),
+        lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (3, 6), generator=g), _r(g, d, 3, 6)),
+        False, True, (torch.float32,)),
     "scatter_reduce_src_larger": (lambda s, i, v: torch.scatter_reduce(s, 1, i, v, "mean"),
                                   lambda g, d: (_r(g, d, 3, 5), torch.randint(0, 5, (2, 4),
                                                                               generator=g),

@@ -24,8 +24,9 @@ Gradients are torch's own (``scatter_reduce_backward``: gathers, masks and
 torch_xla's lowering (a slice past the end): here ``scatter.src`` of a
 filled tensor of the index's shape.
 ``index_reduce`` (torch_xla's lowering failed on every sample) is the same
-scatter, its 1-d index spread over ``source``'s shape. Declined (the op
-stays and is named): bool and complex tensors.
+scatter, its 1-d index spread over ``source``'s shape. Bool tensors reduce
+as int32 (``sum`` is "or", ``prod`` "and"). Declined (the op stays and is
+named): complex tensors, bool ``mean``.
 """
 
 from __future__ import annotations
@@ -85,10 +86,15 @@ def _scatter_reduce_jax(s: Any, idx: Any, src: Any, *, dim: int, reduce: str,
 def _scatter_reduce(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
                     reduce: str, *, include_self: bool = True) -> Any:
     """``scatter_reduce.two`` (module docs)."""
-    if (reduce not in _REDUCES or self.dtype in (torch.bool,) or self.is_complex()
-            or src.dtype != self.dtype or self.dim() == 0 or index.dim() != self.dim()
-            or index.numel() == 0):
+    if (reduce not in _REDUCES or self.is_complex() or src.dtype != self.dtype
+            or self.dim() == 0 or index.dim() != self.dim() or index.numel() == 0):
         return NotImplemented
+    if self.dtype == torch.bool:  # sum: or, prod: and, amax/amin: or/and (mean: eager refuses)
+        if reduce == "mean":
+            return NotImplemented
+        out = _scatter_reduce(self.to(torch.int32), dim, index, src.to(torch.int32), reduce,
+                              include_self=include_self)
+        return out != 0
     dim = dim % self.dim()
     return jax_segment("scatter_reduce", _scatter_reduce_jax, self, index.to(torch.int32), src,
                        dim=dim, reduce=reduce, include_self=bool(include_self))[0]
