@@ -1,14 +1,17 @@
-"""Adaptive max pooling inside the program.
+"""Adaptive and dilated max pooling inside the program.
 
 torch_xla lowers neither ``adaptive_max_pool2d``/``3d`` nor their backward
 (``nn.AdaptiveMaxPool1d/2d/3d``, ``adaptive_max_pool1d`` goes through the
-2-d op), so they ended in a named ``UnsupportedOpError``. Here, in torch ops
+2-d op), nor a ``max_pool{2,3}d_with_indices`` with a dilation other than 1,
+so they ended in a named ``UnsupportedOpError``. Here, in torch ops
 torch_xla lowers:
 
 - **windows** as eager's: along each spatial dimension, output ``i`` reads
-  input rows ``floor(i * n / o)`` up to ``ceil((i + 1) * n / o)``; each
-  window is gathered (``index_select``) into a fixed ``K`` slots, the slots
-  past a short window masked to ``-inf``;
+  input rows ``floor(i * n / o)`` up to ``ceil((i + 1) * n / o)``
+  (adaptive) or ``i s - p + j dil`` for ``j < k`` inside the input (dilated;
+  eager's output count, ceil mode included); each window is gathered
+  (``index_select``) into fixed slots, the slots past a short window or in
+  the padding masked;
 - **the maximum and its index** as eager's CPU kernel picks them: it scans
   the window in row-major order and takes a value when it is greater than
   the running maximum or NaN, so the index is the first maximum, or the
@@ -30,51 +33,69 @@ __all__ = ["pool_lowerings"]
 _aten = torch.ops.aten
 
 
-def _windows(n: int, o: int, device: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """``(index (o, k), valid (o, k), k)``: the input positions of each
-    output's window along one dimension (padded to the longest, ``k``),
+def _adaptive_windows(n: int, o: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(position (o, k), valid (o, k))``: the input positions of each
+    output's adaptive window along one dimension (padded to the longest),
     from ``arange`` (XLA folds them; no tensor constants in the graph)."""
     k = max(-(-(i + 1) * n // o) - (i * n) // o for i in range(o))
     i = torch.arange(o, device=device).reshape(o, 1)
     start = (i * n) // o
     end = ((i + 1) * n + o - 1) // o
     pos = start + torch.arange(k, device=device).reshape(1, k)
-    return torch.minimum(pos, end - 1), pos < end, k
+    return pos, pos < end
 
 
-def _adaptive_max_pool(x: torch.Tensor, output_size: list[int]) -> Any:
-    d = len(output_size)
-    if not x.is_floating_point() or x.dim() not in (d + 1, d + 2) or x.numel() == 0:
-        return NotImplemented
+def _pool_windows(n: int, k: int, s: int, p: int, dil: int, ceil_mode: bool,
+                  device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same for a (dilated, padded, strided) max pooling window: output
+    ``i`` reads ``i s - p + j dil`` for ``j < k``, the positions inside the
+    input; eager's output count (a ceil-mode window must start inside the
+    input or its left padding)."""
+    span = dil * (k - 1) + 1
+    o = (n + 2 * p - span + ((s - 1) if ceil_mode else 0)) // s + 1
+    if ceil_mode and (o - 1) * s >= n + p:
+        o -= 1
+    i = torch.arange(o, device=device).reshape(o, 1)
+    pos = i * s - p + torch.arange(k, device=device).reshape(1, k) * dil
+    return pos, (pos >= 0) & (pos < n)
+
+
+def _window_max(x: torch.Tensor, windows: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """Max over windows of ``x``'s last ``len(windows)`` dimensions and the
+    flat spatial index eager's CPU kernel reports: it scans a window in
+    row-major order and takes a value greater than the running maximum
+    (which starts at ``-inf`` on the first valid position) or NaN."""
+    d = len(windows)
     spatial = list(x.shape[-d:])
     lead = list(x.shape[:-d])
+    outs = [w[0].shape[0] for w in windows]
     win = x
     flat = torch.zeros((), dtype=torch.int64, device=x.device)
     valid = torch.ones((), dtype=torch.bool, device=x.device)
-    ks = []
-    for axis, (n, o) in enumerate(zip(spatial, output_size)):
-        idx, ok, k = _windows(n, o, x.device)
-        ks.append(k)
-        pos = len(lead) + 2 * axis  # the (o, k) pairs of earlier axes come first
-        win = win.index_select(pos, idx.reshape(-1))
-        win = win.reshape(*win.shape[:pos], o, k, *win.shape[pos + 1:])
+    for axis, (pos, ok) in enumerate(windows):
+        n = spatial[axis]
+        o, k = pos.shape
+        at = len(lead) + 2 * axis  # the (o, k) pairs of earlier axes come first
+        win = win.index_select(at, pos.clamp(0, n - 1).reshape(-1))
+        win = win.reshape(*win.shape[:at], o, k, *win.shape[at + 1:])
         stride = 1
         for later in spatial[axis + 1:]:
             stride *= later
         shape = [1] * (2 * d)
         shape[2 * axis], shape[2 * axis + 1] = o, k
-        flat = flat + (idx * stride).reshape(shape)
+        flat = flat + (pos * stride).reshape(shape)
         valid = valid & ok.reshape(shape)
     # (..., o1, k1, o2, k2, ...) -> (..., o1, o2, ..., k1 * k2 * ...)
     order = [2 * a for a in range(d)] + [2 * a + 1 for a in range(d)]
     win = win.permute(*range(len(lead)), *[len(lead) + p for p in order])
-    win = win.reshape(*lead, *output_size, -1)
-    flat = flat.permute(*order).reshape(*output_size, -1)
-    valid = valid.permute(*order).reshape(*output_size, -1)
+    win = win.reshape(*lead, *outs, -1)
+    flat = flat.permute(*order).reshape(*outs, -1)
+    valid = valid.permute(*order).reshape(*outs, -1)
     nan = torch.isnan(win) & valid
     clean = torch.where(valid & ~nan, win, torch.full_like(win, float("-inf")))
+    best = clean.amax(-1, keepdim=True)
+    first_max = torch.argmax((valid & (clean == best)).to(torch.int32), -1, keepdim=True)
     k_all = win.shape[-1]
-    first_max = torch.argmax(clean, -1, keepdim=True)
     last_nan = (k_all - 1) - torch.argmax(nan.flip(-1).to(torch.int32), -1, keepdim=True)
     pick = torch.where(nan.any(-1, keepdim=True), last_nan, first_max)
     out = torch.gather(win, -1, pick).squeeze(-1)
@@ -82,35 +103,90 @@ def _adaptive_max_pool(x: torch.Tensor, output_size: list[int]) -> Any:
     return out, indices
 
 
+def _floating_nd(x: torch.Tensor, d: int) -> bool:
+    return x.is_floating_point() and x.dim() in (d + 1, d + 2) and x.numel() > 0
+
+
 def _max_pool_fn(d: int) -> Callable[..., Any]:
     def lower(x: torch.Tensor, output_size: list[int]) -> Any:
-        if len(output_size) != d:
+        if len(output_size) != d or not _floating_nd(x, d):
             return NotImplemented
-        return _adaptive_max_pool(x, list(output_size))
+        return _window_max(x, [_adaptive_windows(n, o, x.device)
+                               for n, o in zip(x.shape[-d:], output_size)])
+    return lower
+
+
+def _spread(v: Any, d: int) -> list[int]:
+    v = [v] if isinstance(v, int) else list(v)
+    return v * d if len(v) == 1 else v
+
+
+def _dilated_max_pool_fn(d: int, with_indices: Any) -> Callable[..., Any]:
+    """``max_pool{2,3}d_with_indices`` with a dilation other than 1, which
+    torch_xla cannot lower; the rest stays torch_xla's."""
+    def lower(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
+              dilation: Any = 1, ceil_mode: bool = False) -> Any:
+        dil = _spread(dilation, d)
+        if all(v == 1 for v in dil) or not _floating_nd(x, d):
+            return with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+        ks = _spread(kernel_size, d)
+        st = _spread(stride, d) if stride not in ((), [], None) else ks
+        pad = _spread(padding, d)
+        return _window_max(x, [_pool_windows(n, k, s, p, dl, ceil_mode, x.device)
+                               for n, k, s, p, dl in zip(x.shape[-d:], ks, st, pad, dil)])
+    return lower
+
+
+def _scatter_back(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, d: int) -> Any:
+    """``scatter_add`` of ``grad`` at the flat spatial ``indices``: eager's
+    accumulation in a max pooling's backward."""
+    lead = x.shape[:-d]
+    size = 1
+    for n in x.shape[-d:]:
+        size *= n
+    out = grad.new_zeros(*lead, size)
+    out = out.scatter_add(-1, indices.reshape(*lead, -1), grad.reshape(*lead, -1))
+    return out.reshape(x.shape)
+
+
+def _dilated_max_pool_backward_fn(d: int, backward: Any) -> Callable[..., Any]:
+    def lower(grad: torch.Tensor, x: torch.Tensor, kernel_size: Any, stride: Any,
+              padding: Any, dilation: Any, ceil_mode: bool, indices: torch.Tensor) -> Any:
+        if all(v == 1 for v in _spread(dilation, d)) or not _floating_nd(x, d):
+            return backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
+        return _scatter_back(grad, x, indices, d)
     return lower
 
 
 def _max_pool_backward_fn(d: int) -> Callable[..., Any]:
     def lower(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor) -> Any:
-        """``scatter_add`` of ``grad`` at the flat spatial ``indices``."""
-        if x.dim() not in (d + 1, d + 2) or x.numel() == 0:
+        if not _floating_nd(x, d):
             return NotImplemented
-        lead = x.shape[:-d]
-        size = 1
-        for n in x.shape[-d:]:
-            size *= n
-        out = grad.new_zeros(*lead, size)
-        out = out.scatter_add(-1, indices.reshape(*lead, -1), grad.reshape(*lead, -1))
-        return out.reshape(x.shape)
+        return _scatter_back(grad, x, indices, d)
     return lower
+
+
+def _declined(*args: Any, **kwargs: Any) -> Any:
+    return NotImplemented
 
 
 def pool_lowerings() -> dict[Any, Callable[..., Any]]:
     """aten overload -> lowering, merged into the backend's table through
-    :func:`~hlobridge._src.dynamo.jax_lowerings.jax_lowerings`."""
+    :func:`~hlobridge._src.dynamo.jax_lowerings.jax_lowerings` (after the
+    numerics table, whose int64-index entries for the max pools the dilated
+    entries fall back to)."""
+    from hlobridge._src.dynamo.numerics_reductions import with_int64_indices
+
+    a = _aten
     return {
-        _aten.adaptive_max_pool2d.default: _max_pool_fn(2),
-        _aten.adaptive_max_pool3d.default: _max_pool_fn(3),
-        _aten.adaptive_max_pool2d_backward.default: _max_pool_backward_fn(2),
-        _aten.adaptive_max_pool3d_backward.default: _max_pool_backward_fn(3),
+        a.adaptive_max_pool2d.default: _max_pool_fn(2),
+        a.adaptive_max_pool3d.default: _max_pool_fn(3),
+        a.adaptive_max_pool2d_backward.default: _max_pool_backward_fn(2),
+        a.adaptive_max_pool3d_backward.default: _max_pool_backward_fn(3),
+        a.max_pool2d_with_indices.default: _dilated_max_pool_fn(
+            2, with_int64_indices(a.max_pool2d_with_indices.default, 1)),
+        a.max_pool3d_with_indices.default: _dilated_max_pool_fn(
+            3, with_int64_indices(a.max_pool3d_with_indices.default, 1)),
+        a.max_pool2d_with_indices_backward.default: _dilated_max_pool_backward_fn(2, _declined),
+        a.max_pool3d_with_indices_backward.default: _dilated_max_pool_backward_fn(3, _declined),
     }
