@@ -101,9 +101,11 @@ class TorchXlaLazyEngine:
         shape, not its value: ``zeros_like``, ``fill``, a zero gradient's
         cotangent); otherwise torch_xla baked its value in, and the graph
         is refused by name."""
-        widened = _widened_inputs(gm, inputs)
+        scalars = _used_scalars(gm, inputs)
+        widened = frozenset(i for i in scalars if inputs[i][1] == torch.bool)
         text, params, specs = self._trace(gm, inputs, widened, salted=frozenset())
-        missing = _missing_scalars(gm, inputs, params)
+        kept = {p for p in params if isinstance(p, int)}
+        missing = frozenset(i for i in scalars if i not in kept)
         if missing:
             text2, params2, _ = self._trace(gm, inputs, widened, salted=missing)
             if text2 != text or not _same_params(params, params2):
@@ -545,23 +547,13 @@ def _placeholder_names(gm: torch.fx.GraphModule) -> list[str]:
 
 def _used_scalars(gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> list[int]:
     """Positions of the 0-d inputs the graph reads (dead code aside)."""
+    if all(len(shape) for shape, _ in inputs):
+        return []
     graph = copy.deepcopy(gm.graph)
     graph.eliminate_dead_code()
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     return [i for i, (node, (shape, _)) in enumerate(zip(placeholders, inputs))
             if node.users and len(shape) == 0]
-
-
-def _widened_inputs(gm: torch.fx.GraphModule, inputs: list[TensorSpec]) -> frozenset[int]:
-    """The used 0-d bool inputs: traced as 1-element vectors."""
-    return frozenset(i for i in _used_scalars(gm, inputs) if inputs[i][1] == torch.bool)
-
-
-def _missing_scalars(gm: torch.fx.GraphModule, inputs: list[TensorSpec],
-                     params: list[int | torch.Tensor]) -> frozenset[int]:
-    """Used 0-d inputs that are no parameter of the traced program."""
-    kept = {p for p in params if isinstance(p, int)}
-    return frozenset(i for i in _used_scalars(gm, inputs) if i not in kept)
 
 
 def _same_params(a: list[int | torch.Tensor], b: list[int | torch.Tensor]) -> bool:
