@@ -64,7 +64,8 @@ def _window_max(x: torch.Tensor, windows: list[tuple[torch.Tensor, torch.Tensor]
     """Max over windows of ``x``'s last ``len(windows)`` dimensions and the
     flat spatial index eager's CPU kernel reports: it scans a window in
     row-major order and takes a value greater than the running maximum
-    (which starts at ``-inf`` on the first valid position) or NaN."""
+    (which starts at ``-inf``, an integer type's lowest value, on the first
+    valid position) or NaN."""
     d = len(windows)
     spatial = list(x.shape[-d:])
     lead = list(x.shape[:-d])
@@ -91,8 +92,10 @@ def _window_max(x: torch.Tensor, windows: list[tuple[torch.Tensor, torch.Tensor]
     win = win.reshape(*lead, *outs, -1)
     flat = flat.permute(*order).reshape(*outs, -1)
     valid = valid.permute(*order).reshape(*outs, -1)
-    nan = torch.isnan(win) & valid
-    clean = torch.where(valid & ~nan, win, torch.full_like(win, float("-inf")))
+    floating = win.is_floating_point()
+    nan = (torch.isnan(win) if floating else torch.zeros_like(win, dtype=torch.bool)) & valid
+    lowest = float("-inf") if floating else torch.iinfo(win.dtype).min
+    clean = torch.where(valid & ~nan, win, torch.full_like(win, lowest))
     best = clean.amax(-1, keepdim=True)
     first_max = torch.argmax((valid & (clean == best)).to(torch.int32), -1, keepdim=True)
     k_all = win.shape[-1]
@@ -103,8 +106,9 @@ def _window_max(x: torch.Tensor, windows: list[tuple[torch.Tensor, torch.Tensor]
     return out, indices
 
 
-def _floating_nd(x: torch.Tensor, d: int) -> bool:
-    return x.is_floating_point() and x.dim() in (d + 1, d + 2) and x.numel() > 0
+def _floating_nd(x: torch.Tensor, d: int, integers: bool = False) -> bool:
+    kind = x.is_floating_point() or (integers and not x.is_complex() and x.dtype != torch.bool)
+    return kind and x.dim() in (d + 1, d + 2) and x.numel() > 0
 
 
 def _max_pool_fn(d: int) -> Callable[..., Any]:
@@ -127,7 +131,7 @@ def _dilated_max_pool_fn(d: int, with_indices: Any) -> Callable[..., Any]:
     def lower(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0,
               dilation: Any = 1, ceil_mode: bool = False) -> Any:
         dil = _spread(dilation, d)
-        if all(v == 1 for v in dil) or not _floating_nd(x, d):
+        if all(v == 1 for v in dil) or not _floating_nd(x, d, integers=True):
             return with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
         ks = _spread(kernel_size, d)
         st = _spread(stride, d) if stride not in ((), [], None) else ks
