@@ -23,6 +23,7 @@ torch_xla lowers:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -174,11 +175,13 @@ def _declined(*args: Any, **kwargs: Any) -> Any:
     return NotImplemented
 
 
+@functools.cache
 def pool_lowerings() -> dict[Any, Callable[..., Any]]:
     """aten overload -> lowering, merged into the backend's table through
     :func:`~hlobridge._src.dynamo.jax_lowerings.jax_lowerings` (after the
     numerics table, whose int64-index entries for the max pools the dilated
-    entries fall back to)."""
+    entries fall back to); built once, so every table holds the same
+    functions. Callers copy it before changing it."""
     from hlobridge._src.dynamo.numerics_reductions import with_int64_indices
 
     a = _aten
