@@ -25,8 +25,11 @@ this table too). Each entry is one of two kinds:
 A variant that cannot match eager returns ``NotImplemented`` (the op stays
 in the graph, and torch_xla's fallback names it as before). Not covered:
 ops whose JAX lowering on CPU is a LAPACK custom call (``linalg_qr``,
-``linalg_eig``, ``lu``, ``det``/``solve`` which save LU factors for their
-backward...): the PJRT CPU plugin registers no LAPACK FFI handlers.
+``linalg_eig``, ...): the PJRT CPU plugin registers no LAPACK FFI handlers.
+LU factorization, LU solves, ``solve`` and determinants are torch-level
+(``lu_lowerings.py``), as are adaptive and dilated max pooling
+(``pool_lowerings.py``); ``scatter_reduce``/``index_reduce`` are a JAX
+scatter (``scatter_lowerings.py``): all merged into :func:`jax_lowerings`.
 
 The table, its semantics and what the op sweep measured are in
 ``docs/jax_lowerings.md``; tests in ``tests/python/test_jax_lowerings.py``.
