@@ -13,13 +13,12 @@ docs/op_numerics.md). Entries of the backend's table, through
     inverse from torch_xla (complex: of the real ``2n x 2n`` embedding
     ``[[Re, -Im], [Im, Re]]``, whose inverse is ``[[C, -D], [D, C]]`` for
     ``(Re + i Im)^-1 = C + i D``; torch_xla's complex inverse was 1.99
-    relative off), ``info`` from an LU factorization with LAPACK's pivot
-    choice (the first largest ``|x|``, ``|re| + |im|`` for complex) unrolled
-    in the program for matrices up to :data:`LU_INFO_MAX_N` (the columns
-    are a Python loop; an unused ``info`` is dead code XLA removes). Larger
-    matrices take ``info`` from ``linalg_lu_factor_ex``, which torch_xla
-    does not lower: a named ``UnsupportedOpError`` where ``info`` is used
-    (rather than a wrong ``info``).
+    relative off), ``info`` from ``linalg_lu_factor_ex``, which
+    ``lu_lowerings.py`` unrolls in the program with LAPACK's pivot choice
+    for matrices up to :data:`LU_INFO_MAX_N` (an unused ``info`` is dead
+    code XLA removes). torch_xla has no LU for larger ones: a named
+    ``UnsupportedOpError`` where ``info`` is used (rather than a wrong
+    ``info``).
 
 ``linalg_pinv`` (``linalg.pinv``, ``pinverse``, ``linalg.matrix_rank``'s
 relatives)
@@ -88,7 +87,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["LU_INFO_MAX_N", "eigh_refined", "empty_slogdet", "empty_svd", "inv_ex", "lu_info",
+__all__ = ["LU_INFO_MAX_N", "eigh_refined", "empty_slogdet", "empty_svd", "inv_ex",
            "pinv", "svd_refined"]
 
 _aten = torch.ops.aten
@@ -96,35 +95,6 @@ _aten = torch.ops.aten
 LU_INFO_MAX_N = 128
 """The largest matrix whose ``linalg_inv_ex`` info is computed in the
 program (the factorization is unrolled: one step per column)."""
-
-
-def lu_info(a: torch.Tensor) -> torch.Tensor:
-    """LAPACK ``getrf``'s ``info`` of each matrix of ``a`` (``(..., n, n)``):
-    0, or the 1-based index of the first exactly zero pivot of the LU
-    factorization with partial pivoting (int32, the batch shape)."""
-    batch = a.shape[:-2]
-    n = a.shape[-1]
-    info = torch.zeros(batch, dtype=torch.int32)
-    s = a
-    for k in range(n):
-        m = n - k
-        col = s[..., :, 0]
-        mag = col.real.abs() + col.imag.abs() if col.is_complex() else col.abs()
-        p = torch.argmax(mag, -1, keepdim=True)  # the first largest
-        idx = p.unsqueeze(-1).expand(*batch, 1, m)
-        pivot_row = torch.gather(s, -2, idx)  # (..., 1, m)
-        piv = pivot_row[..., 0, 0]
-        zero = piv == 0
-        info = torch.where((info == 0) & zero, torch.full_like(info, k + 1), info)
-        if m == 1:
-            break
-        rows = torch.arange(1, m).reshape(*([1] * len(batch)), m - 1)
-        moved = (rows == p).unsqueeze(-1)  # row p takes row 0's place
-        rest = torch.where(moved, s[..., :1, :], s[..., 1:, :])
-        safe = torch.where(zero, torch.ones_like(piv), piv)
-        l_col = rest[..., :, 0] * (1 / safe).unsqueeze(-1)  # LAPACK scales by 1/pivot
-        s = rest[..., :, 1:] - l_col.unsqueeze(-1) * pivot_row[..., :, 1:]
-    return info
 
 
 def _embed(a: torch.Tensor) -> torch.Tensor:
@@ -152,9 +122,9 @@ def inv_ex(a: torch.Tensor, *, check_errors: bool = False) -> Any:
     # torch solves A X = I; for a real (contiguous) A it factors A^T
     # (linalg_solve_ex's use_A_T), so its info is the transpose's.
     lu_of = a if a.is_complex() else a.mT
-    if n > LU_INFO_MAX_N:  # torch_xla has no LU: a named error where info is used
-        return inv, _aten.linalg_lu_factor_ex.default(lu_of)[2]
-    return inv, lu_info(lu_of)
+    # lu_lowerings.py unrolls the LU up to LU_INFO_MAX_N; larger: torch_xla
+    # has no LU, a named error where info is used.
+    return inv, _aten.linalg_lu_factor_ex.default(lu_of)[2]
 
 
 def pinv(a: torch.Tensor, *, atol: torch.Tensor | None = None,

@@ -154,11 +154,12 @@ def _scatter_back(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, d:
     return out.reshape(x.shape)
 
 
-def _dilated_max_pool_backward_fn(d: int, backward: Any) -> Callable[..., Any]:
+def _dilated_max_pool_backward_fn(d: int) -> Callable[..., Any]:
+    """The backward of a dilated max pool; an undilated one stays torch_xla's."""
     def lower(grad: torch.Tensor, x: torch.Tensor, kernel_size: Any, stride: Any,
               padding: Any, dilation: Any, ceil_mode: bool, indices: torch.Tensor) -> Any:
         if all(v == 1 for v in _spread(dilation, d)) or not _floating_nd(x, d):
-            return backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
+            return NotImplemented
         return _scatter_back(grad, x, indices, d)
     return lower
 
@@ -169,10 +170,6 @@ def _max_pool_backward_fn(d: int) -> Callable[..., Any]:
             return NotImplemented
         return _scatter_back(grad, x, indices, d)
     return lower
-
-
-def _declined(*args: Any, **kwargs: Any) -> Any:
-    return NotImplemented
 
 
 @functools.cache
@@ -194,6 +191,6 @@ def pool_lowerings() -> dict[Any, Callable[..., Any]]:
             2, with_int64_indices(a.max_pool2d_with_indices.default, 1)),
         a.max_pool3d_with_indices.default: _dilated_max_pool_fn(
             3, with_int64_indices(a.max_pool3d_with_indices.default, 1)),
-        a.max_pool2d_with_indices_backward.default: _dilated_max_pool_backward_fn(2, _declined),
-        a.max_pool3d_with_indices_backward.default: _dilated_max_pool_backward_fn(3, _declined),
+        a.max_pool2d_with_indices_backward.default: _dilated_max_pool_backward_fn(2),
+        a.max_pool3d_with_indices_backward.default: _dilated_max_pool_backward_fn(3),
     }
