@@ -50,6 +50,13 @@ CASES = [
     ("batched-pv", (24, 128, 128), (24, 128, 64), "hqk,hkd->hqd", 128, True),
     ("linear-3d-input", (4, 128, 384), (256, 384), "bsd,ed->bse", 384, True),
     ("two-batch-dims", (2, 12, 128, 64), (2, 12, 128, 64), "bhqd,bhkd->bhqk", 64, True),
+    # A right operand stored [K, N] with N >= 2560 is re-oriented
+    # (docs/host_gemm.md, "Orientation"): transposed before the call, or the
+    # product run swapped when the left one is stored transposed.
+    ("nn-wide-rhs-transposed", (256, 384), (384, 2560), "ab,bc->ac", 384, True),
+    ("tn-wide-swapped", (384, 256), (384, 2560), "ba,bc->ac", 384, True),
+    ("tn-wide-both-transposed", (384, 2560), (384, 2560), "ba,bc->ac", 384, True),
+    ("batched-tn-wide-swapped", (2, 384, 64), (2, 384, 2560), "hba,hbc->hac", 384, True),
     # Below oneDNN's bound (256³): the host kernel keeps it.
     ("small", (128, 128), (128, 128), "ab,bc->ac", 128, False),
     # A matrix-vector product stays with XLA.

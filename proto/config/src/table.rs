@@ -182,6 +182,10 @@ variables! {
             default "auto",
             read_by [Rust, Tests, Scripts],
             "Whether f32 matrix products of at least 256³ multiply-adds (batches included: attention's) run in the CPU plugin's oneDNN matrix product (`__onednn$matmul`) instead of the host GEMM kernel or XLA's dot (docs/host_gemm.md): `auto` on Intel CPUs (measured 1.1–1.8× faster there, with AVX-512), off on others (not measured); `1` (or `true`, `on`, `yes`) on whatever the CPU; `0` (or `false`, `off`, `no`) off; `all` every f32 product of at least 8 rows and columns, whatever its size (for tests). Programs with oneDNN calls are not written to the disk cache. `HLOBRIDGE_HOST_GEMM=off` turns it off too. Part of the compile-cache key.";
+        OneDnnMatmulReorient = "HLOBRIDGE_ONEDNN_MATMUL_REORIENT",
+            default "1",
+            read_by [Rust, Scripts],
+            "`0` (or `false`, `off`, `no`) keeps every oneDNN matrix product in the orientation the program has; by default a product whose right operand is stored `[K, N]` with `N` of at least 2560 (the MLP width of BERT-base, GPT-2, ViT-B) gives oneDNN that operand transposed, by a copy of it or by running the product swapped (docs/host_gemm.md, \"Orientation\"; oneDNN ran such products at 0.45–0.75× of its speed on Intel). Part of the compile-cache key.";
         OneDnnSoftmax = "HLOBRIDGE_ONEDNN_SOFTMAX",
             default "1",
             read_by [Rust, Tests, Scripts],

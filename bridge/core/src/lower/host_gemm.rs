@@ -63,7 +63,7 @@ use smallvec::SmallVec;
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`), so executables
 /// compiled by an older rewrite are not served from a persistent cache.
-pub const REWRITE_VERSION: u32 = 9;
+pub const REWRITE_VERSION: u32 = 10;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +81,11 @@ pub struct HostGemmPolicy {
     /// `min_side`) sent to the plugin's oneDNN matrix product, inside the
     /// host kernel's window or above it; `None` sends none.
     pub onednn_from_work: Option<u64>,
+    /// oneDNN products whose right operand is stored `[K, N]` (not
+    /// transposed) with `N` at least this are re-oriented so that oneDNN
+    /// reads a transposed right operand (see the module docs); `None`
+    /// leaves every orientation as the program has it.
+    pub onednn_reorient_from_n: Option<u64>,
 }
 
 impl Default for HostGemmPolicy {
@@ -98,6 +103,7 @@ impl Default for HostGemmPolicy {
             // smaller skinny products stay with XLA until measured.
             skinny_from_weights: 1 << 24,
             onednn_from_work: None,
+            onednn_reorient_from_n: Some(ONEDNN_REORIENT_FROM_N),
         }
     }
 }
@@ -111,6 +117,7 @@ impl HostGemmPolicy {
             min_side: 0,
             skinny_from_weights: 0,
             onednn_from_work: None,
+            onednn_reorient_from_n: Some(ONEDNN_REORIENT_FROM_N),
         }
     }
 
@@ -121,7 +128,24 @@ impl HostGemmPolicy {
             ..self
         }
     }
+
+    /// The same policy re-orienting oneDNN products from `from_n` (`None`:
+    /// never).
+    pub fn with_onednn_reorient(self, from_n: Option<u64>) -> Self {
+        HostGemmPolicy {
+            onednn_reorient_from_n: from_n,
+            ..self
+        }
+    }
 }
+
+/// Default [`HostGemmPolicy::onednn_reorient_from_n`]: 2560. Measured on a
+/// 2-core Intel Xeon (AVX-512; docs/host_gemm.md, "Orientation"): with the
+/// right operand stored `[K, N]`, oneDNN's matrix product ran at 0.45–0.75×
+/// of its speed on the same product with that operand stored `[N, K]` for
+/// `N` of 2560 and 3072 (the MLP width of BERT-base, GPT-2 and ViT-B), and
+/// within noise of it from 768 to 2304 and at 4096.
+pub const ONEDNN_REORIENT_FROM_N: u64 = 2560;
 
 /// What [`rewrite_host_gemm`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -217,9 +241,14 @@ struct Gemm {
     reshape: [Option<Vec<i64>>; 2],
     /// `[B..., M, N]`, when the result has more than one free dim per side.
     result: Option<Vec<i64>>,
-    /// The operands are swapped (`(W · xᵀ)ᵀ`): the call yields `[N, M]`
-    /// and a transpose after it the result.
+    /// The operands are swapped (`(W · xᵀ)ᵀ`, `(Bᵀ · Aᵀ)ᵀ`): the call
+    /// yields `[B..., N, M]` and a transpose of its two matrix dims after it
+    /// the result.
     swapped: bool,
+    /// The right operand is transposed (`stablehlo.transpose` of its two
+    /// matrix dims, a copy XLA materialises) before the call, which reads
+    /// it as stored `[N, K]`.
+    transpose_rhs: bool,
     /// The call is oneDNN's matrix product, not the host kernel.
     onednn: bool,
     elem: crate::ir::TypeId,
@@ -368,6 +397,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
             reshape: [None, None],
             result: None,
             swapped: true,
+            transpose_rhs: false,
             onednn: false,
             elem,
         });
@@ -406,6 +436,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
         ],
         result: (oshape[..] != *od).then_some(oshape),
         swapped: false,
+        transpose_rhs: false,
         onednn,
         elem,
     };
@@ -422,7 +453,39 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
             }
         }
     }
+    if let Some(from_n) = policy
+        .onednn_reorient_from_n
+        .filter(|_| g.onednn && !g.rhs_t)
+    {
+        if n as u64 >= from_n {
+            reorient(&mut g, mm as u64, from_n);
+        }
+    }
     Some(g)
+}
+
+/// Gives oneDNN a right operand stored transposed (`[N, K]`) for a product
+/// whose right operand is stored `[K, N]` with a wide `N` (see
+/// [`ONEDNN_REORIENT_FROM_N`]), by the cheaper of two rewrites:
+///
+/// - the left operand stored transposed (`Aᵀ` is `[K, M]`, a weight
+///   gradient `Xᵀ · dY`) and `M` narrow: the product runs swapped, as
+///   `(Bᵀ · Aᵀ)ᵀ`, whose right operand `Aᵀ` is now the `[K, M]`-stored one
+///   with narrow `M`, and whose `[N, M]` result XLA transposes back (or
+///   folds the transpose into what reads it, as a weight update reading
+///   `dWᵀ`);
+/// - otherwise the right operand is transposed before the call, one copy
+///   of `K·N` elements (`dY · W` of a `[K, N]` weight: the weight's size).
+fn reorient(g: &mut Gemm, m: u64, from_n: u64) {
+    if g.lhs_t && m < from_n && g.result.is_none() {
+        g.operands.swap(0, 1);
+        g.reshape.swap(0, 1);
+        (g.lhs_t, g.rhs_t) = (!g.rhs_t, !g.lhs_t);
+        g.swapped = true;
+    } else {
+        g.transpose_rhs = true;
+        g.rhs_t = true;
+    }
 }
 
 /// Rewrites `op` into the host GEMM call `g`, with reshapes around it
@@ -451,6 +514,22 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
             m.op_mut(r).parent = Some(block);
             pos += 1;
         }
+    }
+    if g.transpose_rhs {
+        let Type::Tensor { dims, .. } = m.ty(m.value_type(operands[1])).clone() else {
+            unreachable!("classified operands are tensors")
+        };
+        let ty = m.intern_type(Type::Tensor {
+            dims: swap_last_two(&dims).into_iter().collect(),
+            elem: g.elem,
+            encoding: None,
+        });
+        let r = transpose_op(m, operands[1], dims.len(), names);
+        m.op_mut(r).loc = loc;
+        operands[1] = m.add_result(r, ty, None);
+        m.blocks[block.index()].ops.insert(pos, r);
+        m.op_mut(r).parent = Some(block);
+        pos += 1;
     }
     let props: SmallVec<[NamedAttr; 6]> = if g.onednn {
         let json = format!(
@@ -499,26 +578,21 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
         o.props = props.into_iter().collect();
     }
     if g.swapped {
-        // The call yields [N, M]; a transpose after it takes over the
-        // original [M, N] result value.
+        // The call yields [B..., N, M]; a transpose of its two matrix dims
+        // after it takes over the original [B..., M, N] result value.
         let orig = m.op(op).results[0];
         let Type::Tensor { dims, .. } = m.ty(m.value_type(orig)).clone() else {
             unreachable!("classified results are tensors")
         };
         let ty = m.intern_type(Type::Tensor {
-            dims: dims.iter().rev().copied().collect(),
+            dims: swap_last_two(&dims).into_iter().collect(),
             elem: g.elem,
             encoding: None,
         });
         let flat = m.add_value(ty, ValueDef::OpResult { op, index: 0 }, None);
         m.op_mut(op).results = SmallVec::from_slice(&[flat]);
-        let r = m.add_op(names.transpose);
-        m.op_mut(r).operands.push(flat);
+        let r = transpose_op(m, flat, dims.len(), names);
         m.op_mut(r).results.push(orig);
-        m.op_mut(r).props = SmallVec::from_slice(&[NamedAttr {
-            name: names.permutation,
-            value: names.swap,
-        }]);
         m.op_mut(r).loc = loc;
         m.values[orig.index()].def = ValueDef::OpResult { op: r, index: 0 };
         m.blocks[block.index()].ops.insert(pos + 1, r);
@@ -542,6 +616,36 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
         m.blocks[block.index()].ops.insert(pos + 1, r);
         m.op_mut(r).parent = Some(block);
     }
+}
+
+/// `dims` with its last two entries swapped.
+fn swap_last_two(dims: &[i64]) -> Vec<i64> {
+    let mut d = dims.to_vec();
+    let r = d.len();
+    d.swap(r - 2, r - 1);
+    d
+}
+
+/// A new `stablehlo.transpose` of `v` (rank `rank`) swapping its last two
+/// dims, not yet placed and without its result.
+fn transpose_op(m: &mut Module, v: ValueId, rank: usize, names: &CallNames) -> OpId {
+    let perm = if rank == 2 {
+        names.swap
+    } else {
+        let i64t = m.int_type(64);
+        let data = swap_last_two(&(0..rank as i64).collect::<Vec<_>>());
+        m.add_attr(Attribute::DenseArray {
+            elem: i64t,
+            data: DenseArrayData::Int(data),
+        })
+    };
+    let r = m.add_op(names.transpose);
+    m.op_mut(r).operands.push(v);
+    m.op_mut(r).props = SmallVec::from_slice(&[NamedAttr {
+        name: names.permutation,
+        value: perm,
+    }]);
+    r
 }
 
 /// Interned names and attributes shared by every rewritten op.

@@ -44,7 +44,15 @@ impl HostLowering {
             Level::All => Some(HostGemmPolicy::all()),
             Level::On => Some(HostGemmPolicy::default()),
         }
-        .map(|p| p.with_onednn(onednn_matmul_from_env()));
+        .map(|p| {
+            p.with_onednn(onednn_matmul_from_env())
+                // `HLOBRIDGE_ONEDNN_MATMUL_REORIENT=0` keeps every
+                // product's orientation.
+                .with_onednn_reorient(
+                    (!is_off(Var::OneDnnMatmulReorient))
+                        .then_some(host_gemm::ONEDNN_REORIENT_FROM_N),
+                )
+        });
         // `HLOBRIDGE_HOST_CONV`: `off` keeps every convolution with XLA,
         // `all` rewrites every eligible one whatever its size.
         let conv = match level(Var::HostConv) {
@@ -109,8 +117,11 @@ impl HostLowering {
                 p.max_work,
                 p.min_side,
                 p.skinny_from_weights,
-                p.onednn_from_work
-                    .map_or_else(String::new, |w| format!(":onednn{w}"))
+                p.onednn_from_work.map_or_else(String::new, |w| format!(
+                    ":onednn{w}{}",
+                    p.onednn_reorient_from_n
+                        .map_or_else(String::new, |n| format!(":reorient{n}"))
+                ))
             ),
             None => String::new(),
         };

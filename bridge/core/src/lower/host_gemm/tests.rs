@@ -219,9 +219,17 @@ fn a_skinny_product_with_a_large_transposed_weight_runs_swapped() {
 }
 
 fn rewrite_onednn(text: &str, from_work: u64) -> (String, HostGemmReport) {
+    rewrite_with(
+        text,
+        &HostGemmPolicy::default()
+            .with_onednn(Some(from_work))
+            .with_onednn_reorient(None),
+    )
+}
+
+fn rewrite_with(text: &str, policy: &HostGemmPolicy) -> (String, HostGemmReport) {
     let mut m = parse_module(text).expect("parse");
-    let policy = HostGemmPolicy::default().with_onednn(Some(from_work));
-    let r = rewrite_host_gemm(&mut m, &policy);
+    let r = rewrite_host_gemm(&mut m, policy);
     let out = print_module(&m, &PrintOptions::default());
     parse_module(&out).expect("rewritten module parses back");
     (out, r)
@@ -296,4 +304,42 @@ fn onednn_takes_products_above_the_host_window() {
     assert_eq!(rewrite(text).1.rewritten, 0);
     let (out, r) = rewrite_onednn(text, 1 << 24);
     assert_eq!((r.rewritten, r.onednn), (1, 1), "{out}");
+}
+
+#[test]
+fn onednn_products_with_a_wide_row_major_right_operand_are_reoriented() {
+    // `dY · W` of a [768, 3072] weight (right operand stored [K, N], N =
+    // 3072): the weight is transposed before the call. `Xᵀ · dH` (a weight
+    // gradient: left operand stored transposed, M = 768): the product runs
+    // swapped and its [3072, 768] result is transposed back. The same in a
+    // batch. A right operand 2304 wide keeps its orientation.
+    let text = r#"func.func public @main(%dy: tensor<1576x768xf32>, %w: tensor<768x3072xf32>, %x: tensor<1576x768xf32>, %dh: tensor<1576x3072xf32>, %bx: tensor<2x512x768xf32>, %bh: tensor<2x512x3072xf32>, %v: tensor<768x2304xf32>) -> (tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>) {
+  %0 = stablehlo.dot_general %dy, %w, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x3072xf32>) -> tensor<1576x3072xf32>
+  %1 = stablehlo.dot_general %x, %dh, contracting_dims = [0] x [0] : (tensor<1576x768xf32>, tensor<1576x3072xf32>) -> tensor<768x3072xf32>
+  %2 = stablehlo.dot_general %bx, %bh, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x512x768xf32>, tensor<2x512x3072xf32>) -> tensor<2x768x3072xf32>
+  %3 = stablehlo.dot_general %dy, %v, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x2304xf32>) -> tensor<1576x2304xf32>
+  return %0, %1, %2, %3 : tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>
+}"#;
+    let on = HostGemmPolicy::default().with_onednn(Some(1 << 24));
+    let (out, r) = rewrite_with(text, &on);
+    assert_eq!((r.rewritten, r.onednn), (4, 4), "{out}");
+    assert!(
+        out.contains("stablehlo.transpose %w, dims = [1, 0] : (tensor<768x3072xf32>) -> tensor<3072x768xf32>"),
+        "{out}"
+    );
+    assert!(out.contains("@__onednn$matmul(%dh, %x)"), "{out}");
+    assert!(
+        out.contains("(tensor<3072x768xf32>) -> tensor<768x3072xf32>"),
+        "{out}"
+    );
+    assert!(out.contains("@__onednn$matmul(%bh, %bx)"), "{out}");
+    assert!(
+        out.contains("dims = [0, 2, 1] : (tensor<2x3072x768xf32>) -> tensor<2x768x3072xf32>"),
+        "{out}"
+    );
+    assert!(out.contains("@__onednn$matmul(%dy, %v)"), "{out}");
+    insta::assert_snapshot!(out);
+    // Off: every product keeps its orientation and no transpose is added.
+    let (out, _) = rewrite_with(text, &on.with_onednn_reorient(None));
+    assert!(!out.contains("stablehlo.transpose"), "{out}");
 }
