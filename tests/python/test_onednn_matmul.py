@@ -53,7 +53,7 @@ CASES = [
     # A right operand stored [K, N] with N >= 2560 is re-oriented
     # (docs/host_gemm.md, "Orientation"): transposed before the call, or the
     # product run swapped when the left one is stored transposed.
-    ("nn-wide-rhs-transposed", (256, 384), (384, 2560), "ab,bc->ac", 384, True),
+    ("nn-wide-rhs-transposed", (1024, 384), (384, 2560), "ab,bc->ac", 384, True),
     ("tn-wide-swapped", (384, 256), (384, 2560), "ba,bc->ac", 384, True),
     ("tn-wide-both-transposed", (384, 2560), (384, 2560), "ba,bc->ac", 384, True),
     ("batched-tn-wide-swapped", (2, 384, 64), (2, 384, 2560), "hba,hbc->hac", 384, True),

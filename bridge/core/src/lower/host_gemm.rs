@@ -466,7 +466,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
 
 /// Gives oneDNN a right operand stored transposed (`[N, K]`) for a product
 /// whose right operand is stored `[K, N]` with a wide `N` (see
-/// [`ONEDNN_REORIENT_FROM_N`]), by the cheaper of two rewrites:
+/// [`ONEDNN_REORIENT_FROM_N`]), where that pays:
 ///
 /// - the left operand stored transposed (`Aᵀ` is `[K, M]`, a weight
 ///   gradient `Xᵀ · dY`) and `M` narrow: the product runs swapped, as
@@ -474,19 +474,30 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
 ///   with narrow `M`, and whose `[N, M]` result XLA transposes back (or
 ///   folds the transpose into what reads it, as a weight update reading
 ///   `dWᵀ`);
-/// - otherwise the right operand is transposed before the call, one copy
-///   of `K·N` elements (`dY · W` of a `[K, N]` weight: the weight's size).
+/// - otherwise, with at least [`REORIENT_TRANSPOSE_FROM_M`] rows, the right
+///   operand is transposed before the call, one copy of `K·N` elements
+///   (`dY · W` of a `[K, N]` weight: the weight's size). With fewer rows
+///   the copy (XLA:CPU transposed a `[768, 3072]` weight in about 7 ms)
+///   costs about what the faster product saves, and the product is left
+///   as it is.
 fn reorient(g: &mut Gemm, m: u64, from_n: u64) {
     if g.lhs_t && m < from_n && g.result.is_none() {
         g.operands.swap(0, 1);
         g.reshape.swap(0, 1);
         (g.lhs_t, g.rhs_t) = (!g.rhs_t, !g.lhs_t);
         g.swapped = true;
-    } else {
+    } else if m >= REORIENT_TRANSPOSE_FROM_M {
         g.transpose_rhs = true;
         g.rhs_t = true;
     }
 }
+
+/// Fewest rows `M` (per batch entry) for which [`reorient`] copies a
+/// `[K, N]`-stored right operand transposed. Measured at `K = 768, N =
+/// 3072` (docs/host_gemm.md, "Orientation"): the product ran about 3.8 ps
+/// per multiply-add faster with the operand transposed, the copy took
+/// about 2.7 ns per element, so it pays from about 700 rows.
+pub const REORIENT_TRANSPOSE_FROM_M: u64 = 1024;
 
 /// Rewrites `op` into the host GEMM call `g`, with reshapes around it
 /// where an operand or the result has grouped dims.

@@ -312,17 +312,21 @@ fn onednn_products_with_a_wide_row_major_right_operand_are_reoriented() {
     // 3072): the weight is transposed before the call. `Xᵀ · dH` (a weight
     // gradient: left operand stored transposed, M = 768): the product runs
     // swapped and its [3072, 768] result is transposed back. The same in a
-    // batch. A right operand 2304 wide keeps its orientation.
-    let text = r#"func.func public @main(%dy: tensor<1576x768xf32>, %w: tensor<768x3072xf32>, %x: tensor<1576x768xf32>, %dh: tensor<1576x3072xf32>, %bx: tensor<2x512x768xf32>, %bh: tensor<2x512x3072xf32>, %v: tensor<768x2304xf32>) -> (tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>) {
+    // batch. A right operand 2304 wide keeps its orientation, and so does a
+    // 512-row `x · W` (the weight's copy would cost what it saves).
+    let text = r#"func.func public @main(%dy: tensor<1576x768xf32>, %w: tensor<768x3072xf32>, %x: tensor<1576x768xf32>, %dh: tensor<1576x3072xf32>, %bx: tensor<2x512x768xf32>, %bh: tensor<2x512x3072xf32>, %v: tensor<768x2304xf32>, %s: tensor<512x768xf32>) -> (tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>) {
   %0 = stablehlo.dot_general %dy, %w, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x3072xf32>) -> tensor<1576x3072xf32>
   %1 = stablehlo.dot_general %x, %dh, contracting_dims = [0] x [0] : (tensor<1576x768xf32>, tensor<1576x3072xf32>) -> tensor<768x3072xf32>
   %2 = stablehlo.dot_general %bx, %bh, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x512x768xf32>, tensor<2x512x3072xf32>) -> tensor<2x768x3072xf32>
   %3 = stablehlo.dot_general %dy, %v, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x2304xf32>) -> tensor<1576x2304xf32>
-  return %0, %1, %2, %3 : tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>
+  %4 = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<512x768xf32>, tensor<768x3072xf32>) -> tensor<512x3072xf32>
+  return %0, %1, %2, %3, %4 : tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>
 }"#;
     let on = HostGemmPolicy::default().with_onednn(Some(1 << 24));
     let (out, r) = rewrite_with(text, &on);
-    assert_eq!((r.rewritten, r.onednn), (4, 4), "{out}");
+    assert_eq!((r.rewritten, r.onednn), (5, 5), "{out}");
+    assert!(out.contains("@__onednn$matmul(%s, %w)"), "{out}");
+    assert_eq!(out.matches("stablehlo.transpose %w").count(), 1, "{out}");
     assert!(
         out.contains("stablehlo.transpose %w, dims = [1, 0] : (tensor<768x3072xf32>) -> tensor<3072x768xf32>"),
         "{out}"
