@@ -48,6 +48,14 @@
 //! it; XLA's dot and the host kernel reached 0.6–0.8× of eager torch's
 //! MKL/oneDNN throughput on an Intel Xeon (docs/host_gemm.md).
 //!
+//! oneDNN runs a product whose right operand is stored `[K, N]` with `N`
+//! of 2560–3072 at about half its speed on the same product with that
+//! operand stored `[N, K]` (docs/host_gemm.md, "Orientation"), so such a
+//! product is re-oriented ([`HostGemmPolicy::onednn_reorient_from_n`]):
+//! swapped, as `(Bᵀ · Aᵀ)ᵀ` with a transpose of its result, when its left
+//! operand is stored transposed (a weight gradient), else, with enough rows
+//! to pay for the copy, with a transpose of the right operand before it.
+//!
 //! A bias add after such a call is folded into it afterwards
 //! (`lower::onednn_bias`).
 //!
