@@ -500,7 +500,7 @@ fn reorient(g: &mut Gemm, m: u64, from_n: u64) {
     }
 }
 
-/// Fewest rows `M` (per batch entry) for which [`reorient`] copies a
+/// Fewest rows `M` (per batch entry) for which the re-orientation copies a
 /// `[K, N]`-stored right operand transposed. Measured at `K = 768, N =
 /// 3072` (docs/host_gemm.md, "Orientation"): the product ran about 3.8 ps
 /// per multiply-add faster with the operand transposed, the copy took
