@@ -83,6 +83,19 @@ def test_product_against_float64(case, monkeypatch) -> None:
     check_accumulation(run_f32(exe, a, b), want, k, f"seed {SEED}, {name}")
 
 
+def test_reoriented_addmm_with_its_bias(monkeypatch) -> None:
+    """``addmm(b, x, W)`` through torch.compile with ``W`` stored ``[K, N]``
+    (a GPT-2 ``Conv1D``), ``N = 2560`` and 1024 rows: ``W`` is transposed
+    before the oneDNN call and the bias add folded into that call's ``BIAS``
+    post-op; checked against float64."""
+    monkeypatch.setenv("HLOBRIDGE_ONEDNN_MATMUL", "1")
+    g = _gen()
+    x, w, b = (torch.randn(s, generator=g) for s in ((1024, 384), (384, 2560), (2560,)))
+    f = torch.compile(lambda x, w, b: torch.addmm(b, x, w), backend="hlobridge", dynamic=False)
+    want = torch.addmm(b.double(), x.double(), w.double())
+    check_accumulation(f(x, w, b), want, 384, f"seed {SEED}, addmm")
+
+
 def test_switch_off_keeps_the_host_kernel(monkeypatch) -> None:
     monkeypatch.setenv("HLOBRIDGE_ONEDNN_MATMUL", "0")
     exe, _ = _native.compile(_stablehlo((512, 384), (384, 256), "ab,bc->ac"))
