@@ -2,9 +2,9 @@
 XLA:CPU's JIT-compiled fusions included, which `perf` alone shows only as
 anonymous addresses (the plugin registers no perf map or jitdump for them).
 
-How: the model (``benches/real_size/models.py``; ``--path infer`` or
-``train``, the whole ``hb.compile_train_step`` with AdamW) runs in a child
-process with ``--xla_dump_to`` (so every kernel's object file is on disk)
+How: the model's hlobridge call, built as ``make bench-real`` builds it
+(``benches/real_size/worker.py``; ``--path infer`` or ``train``, the whole
+``hb.compile_train_step`` with AdamW), runs in a child process with ``--xla_dump_to`` (so every kernel's object file is on disk)
 and ``ONEDNN_JIT_PROFILE=2`` (oneDNN's JIT kernels named in
 ``/tmp/perf-PID.map``). After the warm-up, ``perf record -p`` samples the
 timed calls; the child then waits while its executable anonymous memory is
@@ -41,26 +41,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = r"""
 import os, sys, time
 sys.path.insert(0, {real!r})
-import torch, hlobridge as hb, models
-spec = models.get({model!r}); torch.manual_seed(models.SEED)
-model = spec.build(); inputs = spec.inputs()
-if {path!r} == "infer":
-    models.calibrate_batchnorm(spec, model, inputs); model.eval()
-    if spec.prepare is not None: inputs = spec.prepare(model, inputs)
-    c = torch.compile(model, backend="hlobridge", dynamic=False)
-    def call():
-        with torch.no_grad():
-            return spec.logits(c, *inputs)
-else:
-    model.train(); batch = (*inputs, spec.target(inputs))
-    step = hb.compile_train_step(model, spec.loss, hb.optim.AdamW(lr=1e-4, weight_decay=0.01))
-    call = lambda: step(*batch)
-for _ in range(3): call()
+import worker
+call = worker._build(dict(model={model!r}, variant="hlobridge", path={path!r},
+                          threads={threads}, optimizer="adamw", lr=1e-4))
+for _ in range(3): worker._sync(call())
 open({hold!r} + ".pid", "w").write(str(os.getpid()))
 time.sleep(0.5)
 ts = []
 for _ in range({steps}):
-    t = time.perf_counter(); float(call().reshape(-1)[0]); ts.append(time.perf_counter() - t)
+    t = time.perf_counter(); worker._sync(call()); ts.append(time.perf_counter() - t)
 print("ms per call:", [round(x * 1e3, 1) for x in ts], flush=True)
 open({hold!r}, "w").write("done")
 while not os.path.exists({hold!r} + ".release"): time.sleep(0.2)
@@ -149,7 +138,8 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="jit_profile_")
     hold, dump = os.path.join(work, "hold"), os.path.join(work, "dump")
     code = CHILD.format(real=os.path.join(HERE, "real_size"), model=args.model,
-                        path=args.path, steps=args.steps, hold=hold)
+                        path=args.path, steps=args.steps, hold=hold,
+                        threads=os.cpu_count() or 1)
     env = dict(os.environ, PJRT_DEVICE="CPU", ONEDNN_JIT_PROFILE="2",
                XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}").strip())
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
