@@ -166,7 +166,9 @@ def stats() -> dict[str, int]:
     host GEMM kernel calls on the CPU plugin; oneDNN's included),
     host_conv_calls (convolutions compiled as host convolution kernel
     calls), onednn_matmul_calls (of the products, those compiled as calls of
-    the plugin's oneDNN matrix product)."""
+    the plugin's oneDNN matrix product), dot_operand_rewrites (products left
+    to XLA whose operands were given unmerged, with their transposes and
+    scalar scalings folded: ``HLOBRIDGE_DOT_OPERANDS``)."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

@@ -60,6 +60,10 @@ pub static HOST_CONV_CALLS: Counter = Counter::new();
 /// matrix product (`hlobridge::lower::onednn_call::MATMUL`).
 pub static ONEDNN_MATMUL_CALLS: Counter = Counter::new();
 
+/// Matrix products left to XLA whose operands the dot operand rewrite
+/// gave unmerged (`hlobridge::lower::dot_operands`), over all compiles.
+pub static DOT_OPERAND_REWRITES: Counter = Counter::new();
+
 const ALL: &[(&str, &Counter)] = &[
     ("input_views", &INPUT_VIEWS),
     ("input_copies", &INPUT_COPIES),
@@ -72,6 +76,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("host_gemm_calls", &HOST_GEMM_CALLS),
     ("host_conv_calls", &HOST_CONV_CALLS),
     ("onednn_matmul_calls", &ONEDNN_MATMUL_CALLS),
+    ("dot_operand_rewrites", &DOT_OPERAND_REWRITES),
 ];
 
 /// The counters as a `dict[str, int]`.

@@ -157,6 +157,7 @@ impl Prepared {
         report.gemm_products = full.gemm.products;
         report.conv_rewritten = full.conv.rewritten;
         report.convolutions = full.conv.convolutions;
+        report.dot_operands = full.dot_operands.rewritten;
         match compile_text(&program) {
             Ok(out) => {
                 report.kernels = report::count_kernels(&program);

@@ -19,6 +19,9 @@ pub struct HostReport {
     pub conv_rewritten: usize,
     /// Convolutions seen.
     pub convolutions: usize,
+    /// Products left to XLA given their operands unmerged
+    /// (`hlobridge::lower::dot_operands`).
+    pub dot_operands: usize,
     /// Host-kernel custom calls in the compiled program, by target name
     /// (`hlobridge_gemm_nn`, `hlobridge_conv`, ...).
     pub kernels: BTreeMap<String, usize>,
@@ -44,14 +47,15 @@ impl HostReport {
     /// The encoding stored in front of a disk-cache payload.
     pub(crate) fn encode(&self) -> String {
         format!(
-            "lowering={}\ngemm={}/{}\nconv={}/{}\nfell_back={}\nkernels={}",
+            "lowering={}\ngemm={}/{}\nconv={}/{}\nfell_back={}\nkernels={}\ndot_operands={}",
             self.lowering,
             self.gemm_rewritten,
             self.gemm_products,
             self.conv_rewritten,
             self.convolutions,
             self.fell_back as u8,
-            self.kernels_line()
+            self.kernels_line(),
+            self.dot_operands
         )
     }
 
@@ -81,6 +85,7 @@ impl HostReport {
                 r.kernels.insert(name.to_string(), n.parse().ok()?);
             }
         }
+        r.dot_operands = field("dot_operands")?.parse().ok()?;
         Some(r)
     }
 }
@@ -120,6 +125,7 @@ mod tests {
             gemm_products: 3,
             conv_rewritten: 1,
             convolutions: 1,
+            dot_operands: 2,
             ..HostReport::default()
         };
         r.kernels.insert("hlobridge_gemm_nn".into(), 2);

@@ -186,6 +186,10 @@ variables! {
             default "1",
             read_by [Rust, Scripts],
             "`0` (or `false`, `off`, `no`) keeps every oneDNN matrix product in the orientation the program has; by default a product whose right operand is stored `[K, N]` with `N` of at least 2560 (the MLP width of BERT-base, GPT-2, ViT-B) gives oneDNN that operand transposed: by running the product swapped when its left operand is stored transposed (a weight gradient), or by a copy of the operand with at least 1024 rows (docs/host_gemm.md, \"Orientation\"; oneDNN ran such products at 0.45–0.75× of its speed on Intel). Part of the compile-cache key.";
+        DotOperands = "HLOBRIDGE_DOT_OPERANDS",
+            default "1",
+            read_by [Rust, Scripts],
+            "`0` (or `false`, `off`, `no`) leaves the CPU program's matrix products that stay with XLA as the program has them; by default a batched product whose operand torch_xla reshaped to merge its batch dims is given the operand itself, with the transposes and scalar scalings under that reshape folded into the product (docs/host_gemm.md, \"Products left to XLA\"; a GPT-2 decode step's attention stopped copying and transposing its KV caches). Part of the compile-cache key.";
         OneDnnSoftmax = "HLOBRIDGE_ONEDNN_SOFTMAX",
             default "1",
             read_by [Rust, Tests, Scripts],

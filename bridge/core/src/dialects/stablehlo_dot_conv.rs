@@ -183,7 +183,7 @@ const DOT_FIELDS: [&str; 4] = [
 
 /// The generic text of `#stablehlo.dot<...>` (without `#`): empty fields
 /// are left out.
-fn dot_dims_text(fields: &[Vec<i64>; 4]) -> String {
+pub(crate) fn dot_dims_text(fields: &[Vec<i64>; 4]) -> String {
     let mut s = String::from("stablehlo.dot<");
     let mut first = true;
     for (name, vals) in DOT_FIELDS.iter().zip(fields) {

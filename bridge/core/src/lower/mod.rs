@@ -4,6 +4,7 @@
 //! on).
 
 pub mod collectives;
+pub mod dot_operands;
 pub mod host_conv;
 pub mod host_gemm;
 pub mod onednn_bias;
@@ -13,6 +14,7 @@ pub mod onednn_softmax;
 pub use collectives::{
     rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
 };
+pub use dot_operands::{rewrite_dot_operands, DotOperandsReport};
 pub use host_conv::{rewrite_host_conv, HostConvPolicy, HostConvReport};
 pub use host_gemm::{rewrite_host_gemm, HostGemmPolicy, HostGemmReport};
 
@@ -30,6 +32,9 @@ pub struct HostLowering {
     /// The oneDNN softmax rewrite ([`onednn_softmax`]) from this many
     /// elements, if on.
     pub softmax: Option<u64>,
+    /// The dot operand rewrite ([`dot_operands`]) for the products left to
+    /// XLA, if on.
+    pub dot_operands: bool,
 }
 
 impl HostLowering {
@@ -86,6 +91,8 @@ impl HostLowering {
             gemm,
             conv,
             softmax,
+            // `HLOBRIDGE_DOT_OPERANDS=0` leaves XLA's products as they are.
+            dot_operands: !is_off(Var::DotOperands),
         }
     }
 
@@ -133,6 +140,9 @@ impl HostLowering {
         if let Some(min) = self.softmax {
             tag.push_str(&format!(";onednn_softmax.v1:{min}"));
         }
+        if self.dot_operands {
+            tag.push_str(&format!(";dot_operands.v{}", dot_operands::REWRITE_VERSION));
+        }
         tag
     }
 }
@@ -174,7 +184,7 @@ impl HostLowering {
     /// Whether any host rewrite is on (every CPU-only rewrite added to
     /// [`HostLowering`] must be counted here).
     pub fn any(&self) -> bool {
-        self.gemm.is_some() || self.conv.is_some() || self.softmax.is_some()
+        self.gemm.is_some() || self.conv.is_some() || self.softmax.is_some() || self.dot_operands
     }
 }
 
@@ -201,6 +211,8 @@ pub struct HostLoweringReport {
     pub conv: HostConvReport,
     /// Softmaxes sent to oneDNN's softmax.
     pub softmax: usize,
+    /// The dot operand rewrite of the products left to XLA.
+    pub dot_operands: DotOperandsReport,
 }
 
 /// Lowers module `text` for a host (CPU) plugin that has the host kernels:
@@ -217,7 +229,8 @@ pub fn lower_text_for_host_report(
     let softmax = lowering
         .softmax
         .filter(|_| text.contains("exponential") && text.contains("divide"));
-    if gemm.is_none() && conv.is_none() && softmax.is_none() {
+    let dot_operands = lowering.dot_operands && text.contains("dot_general");
+    if gemm.is_none() && conv.is_none() && softmax.is_none() && !dot_operands {
         return None;
     }
     let mut m = match parse_module(text) {
@@ -237,6 +250,10 @@ pub fn lower_text_for_host_report(
             report.gemm.bias_fused = onednn_bias::fuse_matmul_bias(&mut m);
         }
     }
+    if dot_operands {
+        // After the host GEMM rewrite: only the products left to XLA.
+        report.dot_operands = dot_operands::rewrite_dot_operands(&mut m);
+    }
     if let Some(min) = softmax {
         report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m, min);
     }
@@ -244,7 +261,11 @@ pub fn lower_text_for_host_report(
         // Channels-last oneDNN calls: keep the host kernels' buffers row-major.
         host_conv::pin_row_major_host_calls(&mut m);
     }
-    if report.gemm.rewritten == 0 && report.conv.rewritten == 0 && report.softmax == 0 {
+    if report.gemm.rewritten == 0
+        && report.conv.rewritten == 0
+        && report.softmax == 0
+        && report.dot_operands.rewritten == 0
+    {
         return None;
     }
     Some((print_module(&m, &PrintOptions::default()), report))
