@@ -39,28 +39,32 @@ def _gen() -> torch.Generator:
 
 
 # (name, lhs shape, rhs shape, torch form of the product, contracted size,
-#  oneDNN?). The JAX function is the same product written with einsum or
+#  oneDNN calls). The JAX function is the same product written with einsum or
 #  transposes, so the exported dot_general carries each layout.
 CASES = [
-    ("nn", (512, 384), (384, 256), "ab,bc->ac", 384, True),
-    ("nt-linear", (512, 384), (256, 384), "ab,cb->ac", 384, True),
-    ("tn-weight-grad", (384, 512), (384, 256), "ba,bc->ac", 384, True),
-    ("tt", (384, 512), (256, 384), "ba,cb->ac", 384, True),
-    ("batched-qk", (24, 128, 64), (24, 128, 64), "hqd,hkd->hqk", 64, True),
-    ("batched-pv", (24, 128, 128), (24, 128, 64), "hqk,hkd->hqd", 128, True),
-    ("linear-3d-input", (4, 128, 384), (256, 384), "bsd,ed->bse", 384, True),
-    ("two-batch-dims", (2, 12, 128, 64), (2, 12, 128, 64), "bhqd,bhkd->bhqk", 64, True),
+    ("nn", (512, 384), (384, 256), "ab,bc->ac", 384, 1),
+    ("nt-linear", (512, 384), (256, 384), "ab,cb->ac", 384, 1),
+    ("tn-weight-grad", (384, 512), (384, 256), "ba,bc->ac", 384, 1),
+    ("tt", (384, 512), (256, 384), "ba,cb->ac", 384, 1),
+    ("batched-qk", (24, 128, 64), (24, 128, 64), "hqd,hkd->hqk", 64, 1),
+    ("batched-pv", (24, 128, 128), (24, 128, 64), "hqk,hkd->hqd", 128, 1),
+    ("linear-3d-input", (4, 128, 384), (256, 384), "bsd,ed->bse", 384, 1),
+    ("two-batch-dims", (2, 12, 128, 64), (2, 12, 128, 64), "bhqd,bhkd->bhqk", 64, 1),
     # A right operand stored [K, N] with N >= 2560 is re-oriented
-    # (docs/host_gemm.md, "Orientation"): transposed before the call, or the
+    # (docs/host_gemm.md, "Orientation"): split into 1024-column blocks
+    # (1024, 1024 and 512 of 2560; three of 3072), one call each, or the
     # product run swapped when the left one is stored transposed.
-    ("nn-wide-rhs-transposed", (1024, 384), (384, 2560), "ab,bc->ac", 384, True),
-    ("tn-wide-swapped", (384, 256), (384, 2560), "ba,bc->ac", 384, True),
-    ("tn-wide-both-transposed", (384, 2560), (384, 2560), "ba,bc->ac", 384, True),
-    ("batched-tn-wide-swapped", (2, 384, 64), (2, 384, 2560), "hba,hbc->hac", 384, True),
+    ("nn-wide-rhs-split", (1024, 384), (384, 2560), "ab,bc->ac", 384, 3),
+    ("nn-wide-rhs-split-512-rows", (512, 384), (384, 3072), "ab,bc->ac", 384, 3),
+    ("batched-nn-wide-split", (2, 256, 384), (2, 384, 3072), "hab,hbc->hac", 384, 3),
+    ("nn-wide-few-rows", (64, 384), (384, 3072), "ab,bc->ac", 384, 1),
+    ("tn-wide-swapped", (384, 256), (384, 2560), "ba,bc->ac", 384, 1),
+    ("tn-wide-split", (384, 2560), (384, 2560), "ba,bc->ac", 384, 3),
+    ("batched-tn-wide-swapped", (2, 384, 64), (2, 384, 2560), "hba,hbc->hac", 384, 1),
     # Below oneDNN's bound (256³): the host kernel keeps it.
-    ("small", (128, 128), (128, 128), "ab,bc->ac", 128, False),
+    ("small", (128, 128), (128, 128), "ab,bc->ac", 128, 0),
     # A matrix-vector product stays with XLA.
-    ("matvec", (1024, 1024), (1024, 1), "ab,bc->ac", 1024, False),
+    ("matvec", (1024, 1024), (1024, 1), "ab,bc->ac", 1024, 0),
 ]
 
 
@@ -72,10 +76,10 @@ def _stablehlo(ls, rs, eq) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_product_against_float64(case, monkeypatch) -> None:
-    name, ls, rs, eq, k, onednn = case
+    name, ls, rs, eq, k, calls = case
     monkeypatch.setenv("HLOBRIDGE_ONEDNN_MATMUL", "1")
     exe, _ = _native.compile(_stablehlo(ls, rs, eq))
-    assert (exe.host_kernels.get(ONEDNN, 0) == 1) == onednn, exe.host_kernels
+    assert exe.host_kernels.get(ONEDNN, 0) == calls, exe.host_kernels
     g = _gen()
     a = torch.randn(ls, generator=g)
     b = torch.randn(rs, generator=g)
@@ -84,15 +88,21 @@ def test_product_against_float64(case, monkeypatch) -> None:
 
 
 def test_reoriented_addmm_with_its_bias(monkeypatch) -> None:
-    """``addmm(b, x, W)`` through torch.compile with ``W`` stored ``[K, N]``
-    (a GPT-2 ``Conv1D``), ``N = 2560`` and 1024 rows: ``W`` is transposed
-    before the oneDNN call and the bias add folded into that call's ``BIAS``
-    post-op; checked against float64."""
+    """``addmm(b, x, W)`` with ``W`` stored ``[K, N]`` (a GPT-2 ``Conv1D``),
+    ``N = 2560`` and 512 rows: split into three column blocks, each call
+    with its slice of the bias folded into its ``BIAS`` post-op (three
+    calls, no separate add); checked against float64, compiled directly
+    and through torch.compile."""
     monkeypatch.setenv("HLOBRIDGE_ONEDNN_MATMUL", "1")
     g = _gen()
-    x, w, b = (torch.randn(s, generator=g) for s in ((1024, 384), (384, 2560), (2560,)))
-    f = torch.compile(lambda x, w, b: torch.addmm(b, x, w), backend="hlobridge", dynamic=False)
+    x, w, b = (torch.randn(s, generator=g) for s in ((512, 384), (384, 2560), (2560,)))
     want = torch.addmm(b.double(), x.double(), w.double())
+    text = jax.jit(lambda x, w, b: jnp.matmul(x, w, precision=jax.lax.Precision.HIGHEST) + b).lower(
+        *(jax.ShapeDtypeStruct(t.shape, jnp.float32) for t in (x, w, b))).as_text()
+    exe, _ = _native.compile(text)
+    assert exe.host_kernels.get(ONEDNN, 0) == 3, exe.host_kernels
+    check_accumulation(run_f32(exe, x, w, b), want, 384, f"seed {SEED}, x @ w + b")
+    f = torch.compile(lambda x, w, b: torch.addmm(b, x, w), backend="hlobridge", dynamic=False)
     check_accumulation(f(x, w, b), want, 384, f"seed {SEED}, addmm")
 
 

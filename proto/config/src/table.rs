@@ -185,7 +185,7 @@ variables! {
         OneDnnMatmulReorient = "HLOBRIDGE_ONEDNN_MATMUL_REORIENT",
             default "1",
             read_by [Rust, Scripts],
-            "`0` (or `false`, `off`, `no`) keeps every oneDNN matrix product in the orientation the program has; by default a product whose right operand is stored `[K, N]` with `N` of at least 2560 (the MLP width of BERT-base, GPT-2, ViT-B) gives oneDNN that operand transposed: by running the product swapped when its left operand is stored transposed (a weight gradient), or by a copy of the operand with at least 1024 rows (docs/host_gemm.md, \"Orientation\"; oneDNN ran such products at 0.45–0.75× of its speed on Intel). Part of the compile-cache key.";
+            "`0` (or `false`, `off`, `no`) keeps every oneDNN matrix product in the orientation the program has; by default a product whose right operand is stored `[K, N]` with `N` of at least 2560 (the MLP width of BERT-base, GPT-2, ViT-B) gives oneDNN that operand transposed: by running the product swapped when its left operand is stored transposed (a weight gradient), or, from 128 rows, by splitting it into one call per block of 1024 of the operand's columns (docs/host_gemm.md, \"Orientation\"; oneDNN ran such products at 0.45–0.75× of its speed on Intel). Part of the compile-cache key.";
         DotOperands = "HLOBRIDGE_DOT_OPERANDS",
             default "1",
             read_by [Rust, Scripts],

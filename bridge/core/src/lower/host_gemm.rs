@@ -54,7 +54,9 @@
 //! product is re-oriented ([`HostGemmPolicy::onednn_reorient_from_n`]):
 //! swapped, as `(Bᵀ · Aᵀ)ᵀ` with a transpose of its result, when its left
 //! operand is stored transposed (a weight gradient), else, with enough rows
-//! to pay for the copy, with a transpose of the right operand before it.
+//! to pay for slicing the operand, split into one call per block of 1024
+//! of its columns, whose results are concatenated (oneDNN runs a block at
+//! full speed).
 //!
 //! A bias add after such a call is folded into it afterwards
 //! (`lower::onednn_bias`).
@@ -71,7 +73,7 @@ use smallvec::SmallVec;
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`), so executables
 /// compiled by an older rewrite are not served from a persistent cache.
-pub const REWRITE_VERSION: u32 = 10;
+pub const REWRITE_VERSION: u32 = 11;
 
 /// Which products the rewrite takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +198,7 @@ pub fn rewrite_host_gemm(m: &mut Module, policy: &HostGemmPolicy) -> HostGemmRep
     let i64t = m.int_type(64);
     let names = CallNames {
         transpose: m.sym("stablehlo.transpose"),
+        concatenate: m.sym("stablehlo.concatenate"),
         permutation: m.sym("permutation"),
         swap: m.add_attr(Attribute::DenseArray {
             elem: i64t,
@@ -253,10 +256,10 @@ struct Gemm {
     /// yields `[B..., N, M]` and a transpose of its two matrix dims after it
     /// the result.
     swapped: bool,
-    /// The right operand is transposed (`stablehlo.transpose` of its two
-    /// matrix dims, a copy XLA materialises) before the call, which reads
-    /// it as stored `[N, K]`.
-    transpose_rhs: bool,
+    /// The product runs as one call per block of the right operand's
+    /// columns (`[start, end)` of `N`), each on a `stablehlo.slice` of it,
+    /// and a `stablehlo.concatenate` of their results; empty: one call.
+    split_n: Vec<(i64, i64)>,
     /// The call is oneDNN's matrix product, not the host kernel.
     onednn: bool,
     elem: crate::ir::TypeId,
@@ -405,7 +408,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
             reshape: [None, None],
             result: None,
             swapped: true,
-            transpose_rhs: false,
+            split_n: Vec::new(),
             onednn: false,
             elem,
         });
@@ -444,7 +447,7 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
         ],
         result: (oshape[..] != *od).then_some(oshape),
         swapped: false,
-        transpose_rhs: false,
+        split_n: Vec::new(),
         onednn,
         elem,
     };
@@ -466,14 +469,13 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
         .filter(|_| g.onednn && !g.rhs_t)
     {
         if n as u64 >= from_n {
-            reorient(&mut g, mm as u64, from_n);
+            reorient(&mut g, mm as u64, n as u64, from_n);
         }
     }
     Some(g)
 }
 
-/// Gives oneDNN a right operand stored transposed (`[N, K]`) for a product
-/// whose right operand is stored `[K, N]` with a wide `N` (see
+/// Keeps oneDNN off a right operand stored `[K, N]` with a wide `N` (see
 /// [`ONEDNN_REORIENT_FROM_N`]), where that pays:
 ///
 /// - the left operand stored transposed (`Aᵀ` is `[K, M]`, a weight
@@ -482,30 +484,39 @@ fn classify(m: &Module, op: OpId, policy: &HostGemmPolicy) -> Option<Gemm> {
 ///   with narrow `M`, and whose `[N, M]` result XLA transposes back (or
 ///   folds the transpose into what reads it, as a weight update reading
 ///   `dWᵀ`);
-/// - otherwise, with at least [`REORIENT_TRANSPOSE_FROM_M`] rows, the right
-///   operand is transposed before the call, one copy of `K·N` elements
-///   (`dY · W` of a `[K, N]` weight: the weight's size). With fewer rows
-///   the copy (XLA:CPU transposed a `[768, 3072]` weight in about 7 ms)
-///   costs about what the faster product saves, and the product is left
-///   as it is.
-fn reorient(g: &mut Gemm, m: u64, from_n: u64) {
+/// - otherwise, with at least [`ONEDNN_SPLIT_FROM_M`] rows, the product
+///   runs as one call per block of [`ONEDNN_SPLIT_WIDTH`] columns of the
+///   right operand, each on a slice of it (a copy of `K·N` elements in
+///   all, at about memory speed), and their results are concatenated
+///   (which XLA fuses into what reads the product). oneDNN runs each
+///   block, `N` of 1024, at full speed; a copy of the operand transposed
+///   (the earlier route) cost XLA:CPU about 4–7 ms at `[768, 3072]`, four
+///   times the slices.
+fn reorient(g: &mut Gemm, m: u64, n: u64, from_n: u64) {
     if g.lhs_t && m < from_n && g.result.is_none() {
         g.operands.swap(0, 1);
         g.reshape.swap(0, 1);
         (g.lhs_t, g.rhs_t) = (!g.rhs_t, !g.lhs_t);
         g.swapped = true;
-    } else if m >= REORIENT_TRANSPOSE_FROM_M {
-        g.transpose_rhs = true;
-        g.rhs_t = true;
+    } else if m >= ONEDNN_SPLIT_FROM_M {
+        let w = ONEDNN_SPLIT_WIDTH;
+        g.split_n = (0..n.div_ceil(w))
+            .map(|i| ((i * w) as i64, ((i + 1) * w).min(n) as i64))
+            .collect();
     }
 }
 
-/// Fewest rows `M` (per batch entry) for which the re-orientation copies a
-/// `[K, N]`-stored right operand transposed. Measured at `K = 768, N =
-/// 3072` (docs/host_gemm.md, "Orientation"): the product ran about 3.8 ps
-/// per multiply-add faster with the operand transposed, the copy took
-/// about 2.7 ns per element, so it pays from about 700 rows.
-pub const REORIENT_TRANSPOSE_FROM_M: u64 = 1024;
+/// Fewest rows `M` (per batch entry) for which a product with a wide
+/// `[K, N]`-stored right operand is split into column blocks. Measured at
+/// `K = 768, N = 3072` with a bias and GELU after it (docs/host_gemm.md,
+/// "Orientation"): 0.90× the unsplit product's time at 128 rows, 0.71× at
+/// 256, 0.65× at 512, 0.89× at 1024 and 0.95× at 1576 (where it replaced a
+/// transposed copy of the operand).
+pub const ONEDNN_SPLIT_FROM_M: u64 = 128;
+
+/// Columns per block of a split product: 1024. Blocks of 768, 1024 and
+/// 1536 columns ran within 7% of each other, 1024 the fastest.
+pub const ONEDNN_SPLIT_WIDTH: u64 = 1024;
 
 /// Rewrites `op` into the host GEMM call `g`, with reshapes around it
 /// where an operand or the result has grouped dims.
@@ -533,22 +544,6 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
             m.op_mut(r).parent = Some(block);
             pos += 1;
         }
-    }
-    if g.transpose_rhs {
-        let Type::Tensor { dims, .. } = m.ty(m.value_type(operands[1])).clone() else {
-            unreachable!("classified operands are tensors")
-        };
-        let ty = m.intern_type(Type::Tensor {
-            dims: swap_last_two(&dims).into_iter().collect(),
-            elem: g.elem,
-            encoding: None,
-        });
-        let r = transpose_op(m, operands[1], dims.len(), names);
-        m.op_mut(r).loc = loc;
-        operands[1] = m.add_result(r, ty, None);
-        m.blocks[block.index()].ops.insert(pos, r);
-        m.op_mut(r).parent = Some(block);
-        pos += 1;
     }
     let props: SmallVec<[NamedAttr; 6]> = if g.onednn {
         let json = format!(
@@ -590,11 +585,74 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
             },
         ])
     };
-    {
+    if g.split_n.is_empty() {
         let o = m.op_mut(op);
         o.name = names.custom_call;
         o.operands = SmallVec::from_slice(&operands);
         o.props = props.into_iter().collect();
+    } else {
+        // One call per column block of the right operand (stored
+        // [B..., K, N]) before `op`, which becomes their concatenation
+        // ([B..., M, N], the result or what the reshape below reads).
+        let Type::Tensor { dims: rd, .. } = m.ty(m.value_type(operands[1])).clone() else {
+            unreachable!("classified operands are tensors")
+        };
+        let out: Vec<i64> = match &g.result {
+            Some(shape) => shape.clone(),
+            None => match m.ty(m.value_type(m.op(op).results[0])) {
+                Type::Tensor { dims, .. } => dims.to_vec(),
+                _ => unreachable!("classified results are tensors"),
+            },
+        };
+        let e = onednn_call::Emitter { block, at: op, loc };
+        let i64t = m.int_type(64);
+        let mut parts = SmallVec::<[ValueId; 3]>::new();
+        for &(c0, c1) in &g.split_n {
+            let r = rd.len();
+            let with_last = |d: &[i64], v: i64| -> Vec<i64> {
+                let mut d = d.to_vec();
+                if let Some(last) = d.last_mut() {
+                    *last = v;
+                }
+                d
+            };
+            let slice_ty = tensor_type(m, &with_last(&rd, c1 - c0), g.elem);
+            let array = |data: Vec<i64>| Attribute::DenseArray {
+                elem: i64t,
+                data: DenseArrayData::Int(data),
+            };
+            let cols = e.push(
+                m,
+                "stablehlo.slice",
+                &[operands[1]],
+                slice_ty,
+                vec![
+                    ("limit_indices", array(with_last(&rd, c1))),
+                    ("start_indices", array(with_last(&vec![0; r], c0))),
+                    ("strides", array(vec![1; r])),
+                ],
+            );
+            let part_ty = tensor_type(m, &with_last(&out, c1 - c0), g.elem);
+            let call = m.add_op(names.custom_call);
+            parts.push(e.insert(m, call, &[operands[0], cols], props.clone(), part_ty));
+        }
+        let dim = m.add_attr(Attribute::Integer {
+            text: (out.len() - 1).to_string().into(),
+            ty: Some(i64t),
+        });
+        let dimension = m.sym("dimension");
+        let o = m.op_mut(op);
+        o.name = names.concatenate;
+        o.operands = parts;
+        o.props = SmallVec::from_slice(&[NamedAttr {
+            name: dimension,
+            value: dim,
+        }]);
+        pos = m.blocks[block.index()]
+            .ops
+            .iter()
+            .position(|&x| x == op)
+            .expect("op in its block");
     }
     if g.swapped {
         // The call yields [B..., N, M]; a transpose of its two matrix dims
@@ -637,6 +695,15 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
     }
 }
 
+/// A static tensor type of `dims` and element `elem`.
+fn tensor_type(m: &mut Module, dims: &[i64], elem: crate::ir::TypeId) -> crate::ir::TypeId {
+    m.intern_type(Type::Tensor {
+        dims: dims.iter().copied().collect(),
+        elem,
+        encoding: None,
+    })
+}
+
 /// `dims` with its last two entries swapped.
 fn swap_last_two(dims: &[i64]) -> Vec<i64> {
     let mut d = dims.to_vec();
@@ -675,6 +742,7 @@ struct CallNames {
     call_target_name: crate::intern::Sym,
     api_value: crate::ir::AttrId,
     transpose: crate::intern::Sym,
+    concatenate: crate::intern::Sym,
     permutation: crate::intern::Sym,
     /// `array<i64: 1, 0>`.
     swap: crate::ir::AttrId,

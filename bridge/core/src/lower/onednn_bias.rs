@@ -15,9 +15,14 @@
 //! was refused for a 1-D bias), as a third operand and oneDNN's `BIAS`
 //! post-op in the config's `fusions`, as eager's `addmm` does; the separate
 //! call is dropped.
+//!
+//! A product the host GEMM rewrite split into column blocks (a
+//! `stablehlo.concatenate` along the last dim of such calls, each used by
+//! it alone) is folded the same way: each block's call takes its slice of
+//! the vector, and the add becomes the concatenation of the fused calls.
 
 use crate::dialects::common::get_i64_array;
-use crate::ir::{FloatKind, OpId, Type, ValueId};
+use crate::ir::{Attribute, DenseArrayData, FloatKind, OpId, Type, ValueId};
 use crate::lower::onednn_call::{
     self, config_json, def_op, is_call_to, row_major, static_tensor, use_lists, Emitter,
     PinnedLayouts, MATMUL,
@@ -28,53 +33,34 @@ use crate::Module;
 pub fn fuse_matmul_bias(m: &mut Module) -> usize {
     let uses = use_lists(m);
     let mut plan: Vec<(OpId, OpId, ValueId, bool, bool)> = Vec::new();
+    let mut blocks: Vec<(OpId, Vec<OpId>, OpId, ValueId)> = Vec::new();
     for i in 0..m.ops.len() {
-        let call = OpId(i as u32);
-        if m.op(call).parent.is_none() || !is_call_to(m, call, MATMUL) {
+        let op = OpId(i as u32);
+        if m.op(op).parent.is_none() {
             continue;
         }
-        if let Some((add, bias, ta, tb)) = bias_add(m, call, &uses) {
-            plan.push((call, add, bias, ta, tb));
+        if is_call_to(m, op, MATMUL) {
+            if let Some((ta, tb)) = unfused(m, op) {
+                if let Some((add, bias)) = bias_add(m, m.op(op).results[0], &uses) {
+                    plan.push((op, add, bias, ta, tb));
+                }
+            }
+        } else if let Some(calls) = column_blocks(m, op, &uses) {
+            if let Some((add, bias)) = bias_add(m, m.op(op).results[0], &uses) {
+                blocks.push((op, calls, add, bias));
+            }
         }
     }
     for &(call, add, bias, ta, tb) in &plan {
         let [x, w] = [m.op(call).operands[0], m.op(call).operands[1]];
-        let rank = |m: &Module, v| static_tensor(m, v).map_or(0, |(d, _)| d.len());
-        let out_rank = rank(m, m.op(add).results[0]);
-        // The thunk's primitive wants the bias at the result's rank:
-        // `[1, ..., 1, N]` (a bitcast of the vector for XLA).
-        let (bdims, belem) = static_tensor(m, bias).expect("matched biases are static");
-        let mut shape = vec![1i64; out_rank - 1];
-        shape.extend(bdims.iter().copied());
-        let bty = m.intern_type(Type::Tensor {
-            dims: shape.iter().copied().collect(),
-            elem: belem,
-            encoding: None,
-        });
         let e = Emitter {
             block: m.op(add).parent.expect("placed"),
             at: add,
             loc: m.op(add).loc,
         };
-        let bias = e.push(m, "stablehlo.reshape", &[bias], bty, vec![]);
-        let ins = [
-            row_major(rank(m, x)),
-            row_major(rank(m, w)),
-            row_major(out_rank),
-        ];
-        let outs = [row_major(out_rank)];
-        let json = format!(
-            r#"{{"onednn_matmul_config": {{"transpose_a": {ta}, "transpose_b": {tb}, "fusions": {{"ops": ["BIAS"]}}}}}}"#
-        );
-        let props = onednn_call::call_props(
-            m,
-            MATMUL,
-            &json,
-            Some(PinnedLayouts {
-                operands: &ins,
-                results: &outs,
-            }),
-        );
+        let out_rank = rank(m, m.op(add).results[0]);
+        let bias = bias_operand(m, &e, bias, None, out_rank);
+        let props = fused_props(m, x, w, out_rank, ta, tb);
         let name = m.sym("stablehlo.custom_call");
         let o = m.op_mut(add);
         o.name = name;
@@ -82,34 +68,193 @@ pub fn fuse_matmul_bias(m: &mut Module) -> usize {
         o.props = props.into_iter().collect();
         o.attrs.clear();
         // The unfused call has no other user: drop it.
-        let block = m.op(call).parent.expect("placed");
-        m.blocks[block.index()].ops.retain(|&o| o != call);
-        m.op_mut(call).parent = None;
+        drop_op(m, call);
     }
-    if !plan.is_empty() {
-        tracing::debug!(count = plan.len(), "oneDNN matmul bias fusion");
+    // A product split into column blocks (`host_gemm`'s re-orientation):
+    // each block's call takes its slice of the bias, and the add becomes
+    // the concatenation of the fused calls.
+    for (concat, calls, add, bias) in &blocks {
+        let e = Emitter {
+            block: m.op(*add).parent.expect("placed"),
+            at: *add,
+            loc: m.op(*add).loc,
+        };
+        let out_rank = rank(m, m.op(*add).results[0]);
+        let mut start = 0;
+        let mut fused = smallvec::SmallVec::<[ValueId; 3]>::new();
+        for &call in calls {
+            let [x, w] = [m.op(call).operands[0], m.op(call).operands[1]];
+            let (ta, tb) = unfused(m, call).expect("matched calls are unfused");
+            let (pd, _) = static_tensor(m, m.op(call).results[0]).expect("static");
+            let width = *pd.last().expect("rank ≥ 2");
+            let b = bias_operand(m, &e, *bias, Some((start, start + width)), out_rank);
+            start += width;
+            let props = fused_props(m, x, w, out_rank, ta, tb);
+            let op = m.add_op_named("stablehlo.custom_call");
+            let ty = m.value_type(m.op(call).results[0]);
+            fused.push(e.insert(m, op, &[x, w, b], props, ty));
+        }
+        let (name, props) = (m.op(*concat).name, m.op(*concat).props.clone());
+        let o = m.op_mut(*add);
+        o.name = name;
+        o.operands = fused;
+        o.props = props;
+        o.attrs.clear();
+        drop_op(m, *concat);
+        for &call in calls {
+            drop_op(m, call);
+        }
     }
-    plan.len()
+    let n = plan.len() + blocks.len();
+    if n > 0 {
+        tracing::debug!(count = n, "oneDNN matmul bias fusion");
+    }
+    n
 }
 
-/// `(add, bias, transpose_a, transpose_b)` when `call` (an unfused oneDNN
-/// product) has a bias add as its only user.
-fn bias_add(
-    m: &Module,
-    call: OpId,
-    uses: &[smallvec::SmallVec<[OpId; 2]>],
-) -> Option<(OpId, ValueId, bool, bool)> {
+/// Rank of a static tensor value (0 otherwise).
+fn rank(m: &Module, v: ValueId) -> usize {
+    static_tensor(m, v).map_or(0, |(d, _)| d.len())
+}
+
+/// Removes `op` from its block.
+fn drop_op(m: &mut Module, op: OpId) {
+    let block = m.op(op).parent.expect("placed");
+    m.blocks[block.index()].ops.retain(|&o| o != op);
+    m.op_mut(op).parent = None;
+}
+
+/// The bias vector (or its `[start, end)` slice) at the result's rank:
+/// `[1, ..., 1, N]`, as the thunk's primitive wants it (a bitcast of the
+/// vector for XLA), emitted before `e.at`.
+fn bias_operand(
+    m: &mut Module,
+    e: &Emitter,
+    bias: ValueId,
+    range: Option<(i64, i64)>,
+    out_rank: usize,
+) -> ValueId {
+    let (bdims, belem) = static_tensor(m, bias).expect("matched biases are static");
+    let mut bias = bias;
+    let mut n = bdims[0];
+    if let Some((start, end)) = range {
+        let i64t = m.int_type(64);
+        let array = |v: i64| Attribute::DenseArray {
+            elem: i64t,
+            data: DenseArrayData::Int(vec![v]),
+        };
+        let ty = tensor_type(m, &[end - start], belem);
+        bias = e.push(
+            m,
+            "stablehlo.slice",
+            &[bias],
+            ty,
+            vec![
+                ("limit_indices", array(end)),
+                ("start_indices", array(start)),
+                ("strides", array(1)),
+            ],
+        );
+        n = end - start;
+    }
+    let mut shape = vec![1i64; out_rank - 1];
+    shape.push(n);
+    let bty = tensor_type(m, &shape, belem);
+    e.push(m, "stablehlo.reshape", &[bias], bty, vec![])
+}
+
+/// A static tensor type.
+fn tensor_type(m: &mut Module, dims: &[i64], elem: crate::ir::TypeId) -> crate::ir::TypeId {
+    m.intern_type(Type::Tensor {
+        dims: dims.iter().copied().collect(),
+        elem,
+        encoding: None,
+    })
+}
+
+/// The properties of a oneDNN product of `x` and `w` with the bias post-op.
+fn fused_props(
+    m: &mut Module,
+    x: ValueId,
+    w: ValueId,
+    out_rank: usize,
+    ta: bool,
+    tb: bool,
+) -> smallvec::SmallVec<[crate::ir::NamedAttr; 6]> {
+    let ins = [
+        row_major(rank(m, x)),
+        row_major(rank(m, w)),
+        row_major(out_rank),
+    ];
+    let outs = [row_major(out_rank)];
+    let json = format!(
+        r#"{{"onednn_matmul_config": {{"transpose_a": {ta}, "transpose_b": {tb}, "fusions": {{"ops": ["BIAS"]}}}}}}"#
+    );
+    onednn_call::call_props(
+        m,
+        MATMUL,
+        &json,
+        Some(PinnedLayouts {
+            operands: &ins,
+            results: &outs,
+        }),
+    )
+}
+
+/// `(transpose_a, transpose_b)` of a oneDNN product call without fusions
+/// (two operands, one result).
+fn unfused(m: &Module, call: OpId) -> Option<(bool, bool)> {
     let o = m.op(call);
-    let ([_, _], [p]) = (o.operands.as_slice(), o.results.as_slice()) else {
+    if o.operands.len() != 2 || o.results.len() != 1 {
         return None;
-    };
+    }
     let cfg = config_json(m, call)?;
     let cfg = cfg.get("onednn_matmul_config")?;
     if cfg.get("fusions").is_some() {
         return None;
     }
-    let ta = cfg.get("transpose_a")?.as_bool()?;
-    let tb = cfg.get("transpose_b")?.as_bool()?;
+    Some((
+        cfg.get("transpose_a")?.as_bool()?,
+        cfg.get("transpose_b")?.as_bool()?,
+    ))
+}
+
+/// The calls of a product split into column blocks: `concat` is a
+/// `stablehlo.concatenate` along the last dim of unfused f32 oneDNN
+/// product calls, each used by it alone.
+fn column_blocks(
+    m: &Module,
+    concat: OpId,
+    uses: &[smallvec::SmallVec<[OpId; 2]>],
+) -> Option<Vec<OpId>> {
+    if m.op_name(concat) != "stablehlo.concatenate" {
+        return None;
+    }
+    let out = *m.op(concat).results.first()?;
+    let Attribute::Integer { text, .. } = m.attr(m.op_attr(concat, "dimension")?) else {
+        return None;
+    };
+    if text.parse::<usize>().ok()? + 1 != rank(m, out) {
+        return None;
+    }
+    m.op(concat)
+        .operands
+        .iter()
+        .map(|&v| {
+            let call = def_op(m, v).filter(|&c| is_call_to(m, c, MATMUL))?;
+            (unfused(m, call).is_some() && uses[v.index()].as_slice() == [concat]).then_some(call)
+        })
+        .collect()
+}
+
+/// `(add, bias)` when the product `p` has a bias add as its only user: an
+/// f32 `stablehlo.add` of `p` and a `broadcast_in_dim` of a vector along
+/// its last dim.
+fn bias_add(
+    m: &Module,
+    p: ValueId,
+    uses: &[smallvec::SmallVec<[OpId; 2]>],
+) -> Option<(OpId, ValueId)> {
     let [add] = uses[p.index()].as_slice() else {
         return None;
     };
@@ -119,12 +264,12 @@ fn bias_add(
     let [l, r] = m.op(*add).operands.as_slice() else {
         return None;
     };
-    let other = match (*l == *p, *r == *p) {
+    let other = match (*l == p, *r == p) {
         (true, false) => *r,
         (false, true) => *l,
         _ => return None,
     };
-    let (dims, elem) = static_tensor(m, *p)?;
+    let (dims, elem) = static_tensor(m, p)?;
     if !matches!(m.ty(elem), Type::Float(FloatKind::F32)) {
         return None;
     }
@@ -135,7 +280,7 @@ fn bias_add(
     let ok = bd.as_slice() == [*dims.last()?]
         && belem == elem
         && get_i64_array(m, m.op_attr(bc, "broadcast_dimensions")?)? == [last];
-    ok.then_some((*add, bias, ta, tb))
+    ok.then_some((*add, bias))
 }
 
 #[cfg(test)]
@@ -195,5 +340,34 @@ mod tests {
 }"#;
         let (out, n) = lower(text);
         assert_eq!(n, 0, "{out}");
+    }
+
+    #[test]
+    fn a_product_split_into_column_blocks_folds_a_bias_slice_into_each() {
+        // GPT-2's `Conv1D` (`addmm` with a [768, 3072] weight stored [K, N])
+        // at 512 rows: split into three 1024-column calls by the
+        // re-orientation, each with its third of the bias.
+        let text = r#"func.func @main(%b: tensor<3072xf32>, %w: tensor<768x3072xf32>, %x: tensor<512x768xf32>) -> tensor<512x3072xf32> {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<512x768xf32>, tensor<768x3072xf32>) -> tensor<512x3072xf32>
+  %1 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<3072xf32>) -> tensor<512x3072xf32>
+  %2 = stablehlo.add %0, %1 : tensor<512x3072xf32>
+  return %2 : tensor<512x3072xf32>
+}"#;
+        let (out, n) = lower(text);
+        assert_eq!(n, 1, "{out}");
+        assert_eq!(out.matches("BIAS").count(), 3, "{out}");
+        for cols in ["0:1024", "1024:2048", "2048:3072"] {
+            assert!(
+                out.contains(&format!("stablehlo.slice %b [{cols}]")),
+                "{out}"
+            );
+            assert!(
+                out.contains(&format!("stablehlo.slice %w [0:768, {cols}]")),
+                "{out}"
+            );
+        }
+        assert_eq!(out.matches("stablehlo.concatenate").count(), 1, "{out}");
+        assert!(!out.contains("stablehlo.add"), "{out}");
+        insta::assert_snapshot!(out);
     }
 }

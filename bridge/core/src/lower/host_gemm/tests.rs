@@ -309,28 +309,45 @@ fn onednn_takes_products_above_the_host_window() {
 #[test]
 fn onednn_products_with_a_wide_row_major_right_operand_are_reoriented() {
     // `dY · W` of a [768, 3072] weight (right operand stored [K, N], N =
-    // 3072): the weight is transposed before the call. `Xᵀ · dH` (a weight
-    // gradient: left operand stored transposed, M = 768): the product runs
-    // swapped and its [3072, 768] result is transposed back. The same in a
-    // batch. A right operand 2304 wide keeps its orientation, and so does a
-    // 512-row `x · W` (the weight's copy would cost what it saves).
-    let text = r#"func.func public @main(%dy: tensor<1576x768xf32>, %w: tensor<768x3072xf32>, %x: tensor<1576x768xf32>, %dh: tensor<1576x3072xf32>, %bx: tensor<2x512x768xf32>, %bh: tensor<2x512x3072xf32>, %v: tensor<768x2304xf32>, %s: tensor<512x768xf32>) -> (tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>) {
+    // 3072) at 1576 and at 512 rows: one call per 1024-column block of the
+    // weight, on slices of it, concatenated. `Xᵀ · dH` (a weight gradient:
+    // left operand stored transposed, M = 768): the product runs swapped
+    // and its [3072, 768] result is transposed back. The same in a batch.
+    // A right operand 2304 wide keeps its orientation, and so does a
+    // 64-row `x · W` (the slices would cost what they save).
+    let text = r#"func.func public @main(%dy: tensor<1576x768xf32>, %w: tensor<768x3072xf32>, %x: tensor<1576x768xf32>, %dh: tensor<1576x3072xf32>, %bx: tensor<2x512x768xf32>, %bh: tensor<2x512x3072xf32>, %v: tensor<768x2304xf32>, %s: tensor<512x768xf32>, %t: tensor<64x768xf32>) -> (tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>, tensor<64x3072xf32>) {
   %0 = stablehlo.dot_general %dy, %w, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x3072xf32>) -> tensor<1576x3072xf32>
   %1 = stablehlo.dot_general %x, %dh, contracting_dims = [0] x [0] : (tensor<1576x768xf32>, tensor<1576x3072xf32>) -> tensor<768x3072xf32>
   %2 = stablehlo.dot_general %bx, %bh, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x512x768xf32>, tensor<2x512x3072xf32>) -> tensor<2x768x3072xf32>
   %3 = stablehlo.dot_general %dy, %v, contracting_dims = [1] x [0] : (tensor<1576x768xf32>, tensor<768x2304xf32>) -> tensor<1576x2304xf32>
   %4 = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<512x768xf32>, tensor<768x3072xf32>) -> tensor<512x3072xf32>
-  return %0, %1, %2, %3, %4 : tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>
+  %5 = stablehlo.dot_general %t, %w, contracting_dims = [1] x [0] : (tensor<64x768xf32>, tensor<768x3072xf32>) -> tensor<64x3072xf32>
+  return %0, %1, %2, %3, %4, %5 : tensor<1576x3072xf32>, tensor<768x3072xf32>, tensor<2x768x3072xf32>, tensor<1576x2304xf32>, tensor<512x3072xf32>, tensor<64x3072xf32>
 }"#;
     let on = HostGemmPolicy::default().with_onednn(Some(1 << 24));
     let (out, r) = rewrite_with(text, &on);
-    assert_eq!((r.rewritten, r.onednn), (5, 5), "{out}");
-    assert!(out.contains("@__onednn$matmul(%s, %w)"), "{out}");
-    assert_eq!(out.matches("stablehlo.transpose %w").count(), 1, "{out}");
-    assert!(
-        out.contains("stablehlo.transpose %w, dims = [1, 0] : (tensor<768x3072xf32>) -> tensor<3072x768xf32>"),
+    assert_eq!((r.rewritten, r.onednn), (6, 6), "{out}");
+    assert_eq!(out.matches("stablehlo.slice %w").count(), 6, "{out}");
+    for cols in ["0:1024", "1024:2048", "2048:3072"] {
+        assert_eq!(
+            out.matches(&format!("stablehlo.slice %w [0:768, {cols}]"))
+                .count(),
+            2,
+            "{out}"
+        );
+    }
+    assert_eq!(
+        out.matches("dim = 1 : (tensor<1576x1024xf32>, tensor<1576x1024xf32>, tensor<1576x1024xf32>) -> tensor<1576x3072xf32>").count(),
+        1,
         "{out}"
     );
+    assert_eq!(
+        out.matches("dim = 1 : (tensor<512x1024xf32>, tensor<512x1024xf32>, tensor<512x1024xf32>) -> tensor<512x3072xf32>").count(),
+        1,
+        "{out}"
+    );
+    assert!(!out.contains("stablehlo.transpose %w"), "{out}");
+    assert!(out.contains("@__onednn$matmul(%t, %w)"), "{out}");
     assert!(out.contains("@__onednn$matmul(%dh, %x)"), "{out}");
     assert!(
         out.contains("(tensor<3072x768xf32>) -> tensor<768x3072xf32>"),
@@ -346,4 +363,5 @@ fn onednn_products_with_a_wide_row_major_right_operand_are_reoriented() {
     // Off: every product keeps its orientation and no transpose is added.
     let (out, _) = rewrite_with(text, &on.with_onednn_reorient(None));
     assert!(!out.contains("stablehlo.transpose"), "{out}");
+    assert!(!out.contains("stablehlo.slice"), "{out}");
 }
