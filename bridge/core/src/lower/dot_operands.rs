@@ -37,20 +37,21 @@
 //!   by `c` instead (f32 and f64 only: a linear product commutes with a
 //!   scalar; the rounding differs by an ulp of the result, not more).
 //!
-//! A product is rewritten only when one of these removes work: a transpose
-//! or a scaling folded, or an operand read from an in-place update
-//! (`scatter`, `dynamic_update_slice`). The op keeps its location and its
+//! A product is rewritten only when one of these removes work: a scaling
+//! moved, or, with the batch un-merged, a transpose folded or an operand
+//! read from an in-place update (`scatter`, `dynamic_update_slice`). (XLA
+//! folds a transpose that feeds its dot directly by itself.) The op keeps its location and its
 //! other attributes (`precision_config`, `algorithm`).
 
-use crate::dialects::common::{get_i64_array, i64_array};
+use crate::dialects::common::get_i64_array;
 use crate::dialects::stablehlo_dot_conv::{dot_dims_text, read_dot_dims};
 use crate::ir::{Attribute, FloatKind, OpId, Type, TypeId, ValueId};
-use crate::lower::onednn_call::{def_op, static_tensor, Emitter};
+use crate::lower::onednn_call::{def_op, static_tensor, tensor_type, Emitter};
 use crate::Module;
 
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 1;
+pub const REWRITE_VERSION: u32 = 2;
 
 /// What [`rewrite_dot_operands`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -270,8 +271,10 @@ fn classify(m: &Module, op: OpId) -> Option<Plan> {
         sides.push(side);
     }
     let sides: [Side; 2] = sides.try_into().ok()?;
+    // XLA folds a transpose that feeds its dot directly: one under a
+    // merging reshape, or under a moved scaling, is what it cannot fold.
     let pays = sides.iter().any(|s| {
-        s.transposes > 0 || !s.scalars.is_empty() || (k > nb && in_place_update(m, s.src))
+        !s.scalars.is_empty() || (k > nb && (s.transposes > 0 || in_place_update(m, s.src)))
     });
     pays.then_some(Plan {
         nb,
@@ -310,10 +313,29 @@ fn apply(m: &mut Module, op: OpId, p: Plan) {
     let (od, _) = static_tensor(m, m.op(op).results[0]).expect("classified results are static");
     let shape: Vec<i64> = p.split.iter().chain(&od[nb..]).copied().collect();
     let ty = tensor_type(m, &shape, p.elem);
-    // The new product: the original's attributes with new dimension numbers.
-    let dot = m.add_op_named("stablehlo.dot_general");
+    // The steps after the product: the scalings, and the reshape back to
+    // the merged batch; the last of them is `op` itself.
+    let mut steps: Vec<(&str, Vec<ValueId>)> = Vec::new();
+    for &c in p.sides.iter().flat_map(|s| &s.scalars) {
+        steps.push(("stablehlo.multiply", vec![c]));
+    }
+    if k > nb {
+        steps.push(("stablehlo.reshape", vec![]));
+    }
     let dims_sym = m.sym("dot_dimension_numbers");
     let dims_attr = m.add_attr(Attribute::Opaque(dot_dims_text(&dims_of_sides).into()));
+    let Some(last) = steps.pop() else {
+        // Only transposes folded: `op` stays the product, of the same
+        // result, with new operands and dimension numbers.
+        let o = m.op_mut(op);
+        o.operands = operands.into_iter().collect();
+        for a in o.props.iter_mut().filter(|a| a.name == dims_sym) {
+            a.value = dims_attr;
+        }
+        return;
+    };
+    // The new product: the original's attributes with new dimension numbers.
+    let dot = m.add_op_named("stablehlo.dot_general");
     let props: Vec<_> = m
         .op(op)
         .props
@@ -329,53 +351,20 @@ fn apply(m: &mut Module, op: OpId, p: Plan) {
     let attrs = m.op(op).attrs.clone();
     let mut out = e.insert(m, dot, &operands, props, ty);
     m.op_mut(dot).attrs = attrs;
-    // Then the scalings, and the reshape back to the merged batch; the last
-    // step is `op` itself.
-    let mut steps: Vec<(&str, Vec<ValueId>)> = Vec::new();
-    for &c in p.sides.iter().flat_map(|s| &s.scalars) {
-        steps.push(("stablehlo.multiply", vec![c]));
-    }
-    if k > nb {
-        steps.push(("stablehlo.reshape", vec![]));
-    }
-    let last = steps
-        .pop()
-        .expect("a classified product has a step after it");
     for (name, extra) in steps {
         let mut ins = vec![out];
-        ins.extend(extra.iter().map(|&c| broadcast_scalar(m, &e, c, ty)));
+        ins.extend(extra.iter().map(|&c| e.broadcast_scalar(m, c, ty)));
         out = e.push(m, name, &ins, ty, vec![]);
     }
     let (name, extra) = last;
     let mut ins = vec![out];
-    ins.extend(extra.iter().map(|&c| broadcast_scalar(m, &e, c, ty)));
+    ins.extend(extra.iter().map(|&c| e.broadcast_scalar(m, c, ty)));
     let sym = m.sym(name);
     let o = m.op_mut(op);
     o.name = sym;
     o.operands = ins.into_iter().collect();
     o.props.clear();
     o.attrs.clear();
-}
-
-/// `broadcast_in_dim` of the 0-d `c` to type `ty`.
-fn broadcast_scalar(m: &mut Module, e: &Emitter, c: ValueId, ty: TypeId) -> ValueId {
-    let dims = i64_array(m, vec![]);
-    e.push(
-        m,
-        "stablehlo.broadcast_in_dim",
-        &[c],
-        ty,
-        vec![("broadcast_dimensions", dims)],
-    )
-}
-
-/// A static tensor type of `dims` and element `elem`.
-fn tensor_type(m: &mut Module, dims: &[i64], elem: TypeId) -> TypeId {
-    m.intern_type(Type::Tensor {
-        dims: dims.iter().copied().collect(),
-        elem,
-        encoding: None,
-    })
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@
 
 use crate::dialects::stablehlo_dot_conv::read_dot_dims;
 use crate::ir::{Attribute, DenseArrayData, FloatKind, NamedAttr, OpId, Type, ValueDef, ValueId};
-use crate::lower::onednn_call::{self, row_major, PinnedLayouts};
+use crate::lower::onednn_call::{self, row_major, tensor_type, PinnedLayouts};
 use crate::Module;
 use smallvec::SmallVec;
 
@@ -605,10 +605,8 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
             },
         };
         let e = onednn_call::Emitter { block, at: op, loc };
-        let i64t = m.int_type(64);
         let mut parts = SmallVec::<[ValueId; 3]>::new();
         for &(c0, c1) in &g.split_n {
-            let r = rd.len();
             let with_last = |d: &[i64], v: i64| -> Vec<i64> {
                 let mut d = d.to_vec();
                 if let Some(last) = d.last_mut() {
@@ -617,25 +615,13 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
                 d
             };
             let slice_ty = tensor_type(m, &with_last(&rd, c1 - c0), g.elem);
-            let array = |data: Vec<i64>| Attribute::DenseArray {
-                elem: i64t,
-                data: DenseArrayData::Int(data),
-            };
-            let cols = e.push(
-                m,
-                "stablehlo.slice",
-                &[operands[1]],
-                slice_ty,
-                vec![
-                    ("limit_indices", array(with_last(&rd, c1))),
-                    ("start_indices", array(with_last(&vec![0; r], c0))),
-                    ("strides", array(vec![1; r])),
-                ],
-            );
+            let start = with_last(&vec![0; rd.len()], c0);
+            let cols = e.slice(m, operands[1], start, with_last(&rd, c1), slice_ty);
             let part_ty = tensor_type(m, &with_last(&out, c1 - c0), g.elem);
             let call = m.add_op(names.custom_call);
             parts.push(e.insert(m, call, &[operands[0], cols], props.clone(), part_ty));
         }
+        let i64t = m.int_type(64);
         let dim = m.add_attr(Attribute::Integer {
             text: (out.len() - 1).to_string().into(),
             ty: Some(i64t),
@@ -693,15 +679,6 @@ fn apply(m: &mut Module, op: OpId, g: Gemm, names: &CallNames) {
         m.blocks[block.index()].ops.insert(pos + 1, r);
         m.op_mut(r).parent = Some(block);
     }
-}
-
-/// A static tensor type of `dims` and element `elem`.
-fn tensor_type(m: &mut Module, dims: &[i64], elem: crate::ir::TypeId) -> crate::ir::TypeId {
-    m.intern_type(Type::Tensor {
-        dims: dims.iter().copied().collect(),
-        elem,
-        encoding: None,
-    })
 }
 
 /// `dims` with its last two entries swapped.

@@ -22,10 +22,10 @@
 //! the vector, and the add becomes the concatenation of the fused calls.
 
 use crate::dialects::common::get_i64_array;
-use crate::ir::{Attribute, DenseArrayData, FloatKind, OpId, Type, ValueId};
+use crate::ir::{Attribute, FloatKind, OpId, Type, ValueId};
 use crate::lower::onednn_call::{
-    self, config_json, def_op, is_call_to, row_major, static_tensor, use_lists, Emitter,
-    PinnedLayouts, MATMUL,
+    self, config_json, def_op, is_call_to, row_major, static_tensor, tensor_type, use_lists,
+    Emitter, PinnedLayouts, MATMUL,
 };
 use crate::Module;
 
@@ -138,38 +138,14 @@ fn bias_operand(
     let mut bias = bias;
     let mut n = bdims[0];
     if let Some((start, end)) = range {
-        let i64t = m.int_type(64);
-        let array = |v: i64| Attribute::DenseArray {
-            elem: i64t,
-            data: DenseArrayData::Int(vec![v]),
-        };
         let ty = tensor_type(m, &[end - start], belem);
-        bias = e.push(
-            m,
-            "stablehlo.slice",
-            &[bias],
-            ty,
-            vec![
-                ("limit_indices", array(end)),
-                ("start_indices", array(start)),
-                ("strides", array(1)),
-            ],
-        );
+        bias = e.slice(m, bias, vec![start], vec![end], ty);
         n = end - start;
     }
     let mut shape = vec![1i64; out_rank - 1];
     shape.push(n);
     let bty = tensor_type(m, &shape, belem);
     e.push(m, "stablehlo.reshape", &[bias], bty, vec![])
-}
-
-/// A static tensor type.
-fn tensor_type(m: &mut Module, dims: &[i64], elem: crate::ir::TypeId) -> crate::ir::TypeId {
-    m.intern_type(Type::Tensor {
-        dims: dims.iter().copied().collect(),
-        elem,
-        encoding: None,
-    })
 }
 
 /// The properties of a oneDNN product of `x` and `w` with the bias post-op.

@@ -10,7 +10,9 @@
 //! write them instead. The plugin cannot serialize a program holding one
 //! (`pjrt-client`'s `Executable::serialize` refuses on [`PREFIX`]).
 
-use crate::ir::{Attribute, BlockId, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId};
+use crate::ir::{
+    Attribute, BlockId, DenseArrayData, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId,
+};
 use crate::Module;
 use smallvec::SmallVec;
 
@@ -136,6 +138,15 @@ pub fn static_tensor(m: &Module, v: ValueId) -> Option<(SmallVec<[i64; 4]>, Type
     }
 }
 
+/// The static tensor type of `dims` and element type `elem`.
+pub fn tensor_type(m: &mut Module, dims: &[i64], elem: TypeId) -> TypeId {
+    m.intern_type(Type::Tensor {
+        dims: dims.iter().copied().collect(),
+        elem,
+        encoding: None,
+    })
+}
+
 /// The op defining `v`, if an op does.
 pub fn def_op(m: &Module, v: ValueId) -> Option<OpId> {
     match m.value(v).def {
@@ -219,6 +230,47 @@ impl Emitter {
             ty,
         };
         self.push(m, "stablehlo.constant", &[], ty, vec![("value", value)])
+    }
+
+    /// `broadcast_in_dim` of the 0-d `c` to type `ty`.
+    pub fn broadcast_scalar(&self, m: &mut Module, c: ValueId, ty: TypeId) -> ValueId {
+        let dims = crate::dialects::common::i64_array(m, vec![]);
+        self.push(
+            m,
+            "stablehlo.broadcast_in_dim",
+            &[c],
+            ty,
+            vec![("broadcast_dimensions", dims)],
+        )
+    }
+
+    /// `stablehlo.slice` of `v` from `start` to `limit` (unit strides),
+    /// of result type `ty`.
+    pub fn slice(
+        &self,
+        m: &mut Module,
+        v: ValueId,
+        start: Vec<i64>,
+        limit: Vec<i64>,
+        ty: TypeId,
+    ) -> ValueId {
+        let i64t = m.int_type(64);
+        let strides = vec![1; start.len()];
+        let array = |data: Vec<i64>| Attribute::DenseArray {
+            elem: i64t,
+            data: DenseArrayData::Int(data),
+        };
+        self.push(
+            m,
+            "stablehlo.slice",
+            &[v],
+            ty,
+            vec![
+                ("limit_indices", array(limit)),
+                ("start_indices", array(start)),
+                ("strides", array(strides)),
+            ],
+        )
     }
 
     /// `name(a, b)` of result type `ty`.

@@ -143,3 +143,16 @@ fn an_unmerged_side_reshapes_the_other_operand() {
     );
     assert!(out.contains("-> tensor<2x3x1x16xf32>"), "{out}");
 }
+
+#[test]
+fn a_transpose_feeding_the_product_directly_is_left_to_xla() {
+    // One batch dim, no reshape, no scaling: XLA folds this transpose into
+    // its dot by itself.
+    let text = r#"func.func public @main(%a: tensor<6x4x8xf32>, %b: tensor<6x5x8xf32>) -> tensor<6x4x5xf32> {
+  %0 = stablehlo.transpose %b, dims = [0, 2, 1] : (tensor<6x5x8xf32>) -> tensor<6x8x5xf32>
+  %1 = stablehlo.dot_general %a, %0, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x8xf32>, tensor<6x8x5xf32>) -> tensor<6x4x5xf32>
+  return %1 : tensor<6x4x5xf32>
+}"#;
+    let (out, r) = rewrite(text);
+    assert_eq!(r, DotOperandsReport::default(), "{out}");
+}

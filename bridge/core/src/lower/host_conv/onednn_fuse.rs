@@ -274,16 +274,7 @@ fn is_onednn_call(m: &Module, op: OpId) -> bool {
 fn vector(e: &Emitter, m: &mut Module, c: Chan, vty: TypeId) -> ValueId {
     match c {
         Chan::Vector(v) => v,
-        Chan::Scalar(v) => {
-            let dims = i64_array(m, vec![]);
-            e.push(
-                m,
-                "stablehlo.broadcast_in_dim",
-                &[v],
-                vty,
-                vec![("broadcast_dimensions", dims)],
-            )
-        }
+        Chan::Scalar(v) => e.broadcast_scalar(m, v, vty),
         Chan::Splat(a) => {
             let Attribute::Dense { body, .. } = m.attr(a).clone() else {
                 unreachable!("splat operands are dense constants")
