@@ -67,6 +67,22 @@ def checker(hlobridge_binary):
     c.close()
 
 
+@pytest.fixture
+def fresh_dynamo(request):
+    """A fresh ``torch._dynamo`` around a test (reset before and after), and
+    torch seeded with the test module's ``SEED`` where it has one. Modules
+    of ``torch.compile`` tests use it with
+    ``pytestmark = pytest.mark.usefixtures("fresh_dynamo")``."""
+    import torch
+
+    torch._dynamo.reset()
+    seed = getattr(request.module, "SEED", None)
+    if seed is not None:
+        torch.manual_seed(seed)
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """After each test module, drop what keeps its compiled programs alive:

@@ -33,12 +33,7 @@ GRAD_TOL = dict(rtol=1e-3, atol=1e-4)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    torch.manual_seed(SEED)
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def close(a: torch.Tensor, b: torch.Tensor, tol: dict[str, float]) -> None:

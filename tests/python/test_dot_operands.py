@@ -17,7 +17,6 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_dot_
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
 import torch
@@ -29,12 +28,7 @@ SEED = int(os.environ.get("HLOBRIDGE_TEST_SEED", int.from_bytes(os.urandom(4), "
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    torch.manual_seed(SEED)
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 class CachedAttention(torch.nn.Module):

@@ -24,11 +24,7 @@ from hlobridge import optim
 from hlobridge.errors import ArgumentError, NotCompiledError
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def jax_gelu(h: Any) -> Any:
