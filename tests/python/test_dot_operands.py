@@ -17,6 +17,7 @@ Run:  PJRT_DEVICE=CPU .venv/bin/python -m pytest -W error tests/python/test_dot_
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -92,3 +93,28 @@ def test_decode_attention_matches_eager_with_the_rewrite_on_and_off(
     assert none == 0, none
     for a, b in zip(on, off):
         torch.testing.assert_close(a, b, **TOL, msg=lambda m: f"seed={SEED}: {m}")
+
+
+def test_a_scaling_moved_off_a_batched_operand_without_a_reshape() -> None:
+    """``q · (K · c)`` with one batch dim and no merging reshape: only the
+    scaling moves (onto the small result), and the product still matches
+    float64 to float32 accumulation."""
+    import jax
+    import jax.numpy as jnp
+
+    from onednn_helpers import run_f32
+
+    def f(a: Any, b: Any) -> Any:
+        return jax.lax.dot_general(a, b * 0.37, (((2,), (2,)), ((0,), (0,))),
+                                   precision=jax.lax.Precision.HIGHEST)
+
+    text = jax.jit(f).lower(jax.ShapeDtypeStruct((6, 1, 16), jnp.float32),
+                            jax.ShapeDtypeStruct((6, 64, 16), jnp.float32)).as_text()
+    before = _native.stats()["dot_operand_rewrites"]
+    exe, _ = _native.compile(text)
+    assert _native.stats()["dot_operand_rewrites"] - before == 1
+    g = torch.Generator().manual_seed(SEED)
+    a, b = torch.randn(6, 1, 16, generator=g), torch.randn(6, 64, 16, generator=g)
+    want = torch.einsum("bmk,bnk->bmn", a.double(), b.double() * 0.37)
+    err = (run_f32(exe, a, b).double() - want).abs().max().item()
+    assert err < 2e-6 * 4 * want.abs().max().item(), f"seed={SEED}: {err}"

@@ -40,8 +40,9 @@
 //! A product is rewritten only when one of these removes work: a scaling
 //! moved, or, with the batch un-merged, a transpose folded or an operand
 //! read from an in-place update (`scatter`, `dynamic_update_slice`). (XLA
-//! folds a transpose that feeds its dot directly by itself.) The op keeps its location and its
-//! other attributes (`precision_config`, `algorithm`).
+//! folds a transpose that feeds its dot directly by itself.) The product
+//! keeps its location and its other attributes (`precision_config`,
+//! `algorithm`).
 
 use crate::dialects::common::get_i64_array;
 use crate::dialects::stablehlo_dot_conv::{dot_dims_text, read_dot_dims};
@@ -51,7 +52,7 @@ use crate::Module;
 
 /// Bump whenever the rewrite's output for a given input changes: it is part
 /// of compile-cache keys (see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 2;
+pub const REWRITE_VERSION: u32 = 3;
 
 /// What [`rewrite_dot_operands`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -182,13 +183,21 @@ fn transposed(m: &Module, v: ValueId) -> Option<(ValueId, Vec<usize>)> {
     Some((z, perm))
 }
 
-/// Peels scalings and batch-keeping transposes off `side.src` while the
-/// free dims `free` (dims of the un-merged operand) keep their order.
-fn peel(m: &Module, side: &mut Side, k: usize, free: &[usize], result_elems: i64, f: bool) {
+/// Peels scalings (when `scalings_move`, of operands larger than the
+/// result) and batch-keeping transposes off `side.src` while the free dims
+/// `free` (dims of the un-merged operand) keep their order.
+fn peel(
+    m: &Module,
+    side: &mut Side,
+    k: usize,
+    free: &[usize],
+    result_elems: i64,
+    scalings_move: bool,
+) {
     loop {
         if let Some((x, c)) = scaled(m, side.src) {
             let elems: i64 = static_tensor(m, side.src).map_or(0, |(d, _)| d.iter().product());
-            if f && elems > result_elems {
+            if scalings_move && elems > result_elems {
                 side.src = x;
                 side.scalars.push(c);
                 continue;
@@ -285,8 +294,8 @@ fn classify(m: &Module, op: OpId) -> Option<Plan> {
     })
 }
 
-/// Rewrites `op` into the product `p`: the new product, the scalings and
-/// the reshape go before it, and `op` becomes the last of them (keeping its
+/// Rewrites `op` into the product `p`: the new product and the scalings go
+/// before it, and `op` becomes the reshape of their result (keeping its
 /// result value).
 fn apply(m: &mut Module, op: OpId, p: Plan) {
     let e = Emitter {
@@ -313,29 +322,11 @@ fn apply(m: &mut Module, op: OpId, p: Plan) {
     let (od, _) = static_tensor(m, m.op(op).results[0]).expect("classified results are static");
     let shape: Vec<i64> = p.split.iter().chain(&od[nb..]).copied().collect();
     let ty = tensor_type(m, &shape, p.elem);
-    // The steps after the product: the scalings, and the reshape back to
-    // the merged batch; the last of them is `op` itself.
-    let mut steps: Vec<(&str, Vec<ValueId>)> = Vec::new();
-    for &c in p.sides.iter().flat_map(|s| &s.scalars) {
-        steps.push(("stablehlo.multiply", vec![c]));
-    }
-    if k > nb {
-        steps.push(("stablehlo.reshape", vec![]));
-    }
+    // The new product before `op`: the original's attributes with new
+    // dimension numbers; then the moved scalings; `op` becomes the reshape
+    // to its own result type (the merged batch, or a no-op XLA drops).
     let dims_sym = m.sym("dot_dimension_numbers");
     let dims_attr = m.add_attr(Attribute::Opaque(dot_dims_text(&dims_of_sides).into()));
-    let Some(last) = steps.pop() else {
-        // Only transposes folded: `op` stays the product, of the same
-        // result, with new operands and dimension numbers.
-        let o = m.op_mut(op);
-        o.operands = operands.into_iter().collect();
-        for a in o.props.iter_mut().filter(|a| a.name == dims_sym) {
-            a.value = dims_attr;
-        }
-        return;
-    };
-    // The new product: the original's attributes with new dimension numbers.
-    let dot = m.add_op_named("stablehlo.dot_general");
     let props: Vec<_> = m
         .op(op)
         .props
@@ -349,20 +340,17 @@ fn apply(m: &mut Module, op: OpId, p: Plan) {
         })
         .collect();
     let attrs = m.op(op).attrs.clone();
+    let dot = m.add_op_named("stablehlo.dot_general");
     let mut out = e.insert(m, dot, &operands, props, ty);
     m.op_mut(dot).attrs = attrs;
-    for (name, extra) in steps {
-        let mut ins = vec![out];
-        ins.extend(extra.iter().map(|&c| e.broadcast_scalar(m, c, ty)));
-        out = e.push(m, name, &ins, ty, vec![]);
+    for &c in p.sides.iter().flat_map(|s| &s.scalars) {
+        let b = e.broadcast_scalar(m, c, ty);
+        out = e.binary(m, "stablehlo.multiply", out, b, ty);
     }
-    let (name, extra) = last;
-    let mut ins = vec![out];
-    ins.extend(extra.iter().map(|&c| e.broadcast_scalar(m, c, ty)));
-    let sym = m.sym(name);
+    let reshape = m.sym("stablehlo.reshape");
     let o = m.op_mut(op);
-    o.name = sym;
-    o.operands = ins.into_iter().collect();
+    o.name = reshape;
+    o.operands = smallvec::smallvec![out];
     o.props.clear();
     o.attrs.clear();
 }

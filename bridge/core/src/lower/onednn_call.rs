@@ -10,9 +10,8 @@
 //! write them instead. The plugin cannot serialize a program holding one
 //! (`pjrt-client`'s `Executable::serialize` refuses on [`PREFIX`]).
 
-use crate::ir::{
-    Attribute, BlockId, DenseArrayData, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId,
-};
+use crate::dialects::common::i64_array;
+use crate::ir::{Attribute, BlockId, NamedAttr, OpId, Type, TypeId, ValueDef, ValueId};
 use crate::Module;
 use smallvec::SmallVec;
 
@@ -234,7 +233,7 @@ impl Emitter {
 
     /// `broadcast_in_dim` of the 0-d `c` to type `ty`.
     pub fn broadcast_scalar(&self, m: &mut Module, c: ValueId, ty: TypeId) -> ValueId {
-        let dims = crate::dialects::common::i64_array(m, vec![]);
+        let dims = i64_array(m, vec![]);
         self.push(
             m,
             "stablehlo.broadcast_in_dim",
@@ -254,23 +253,13 @@ impl Emitter {
         limit: Vec<i64>,
         ty: TypeId,
     ) -> ValueId {
-        let i64t = m.int_type(64);
         let strides = vec![1; start.len()];
-        let array = |data: Vec<i64>| Attribute::DenseArray {
-            elem: i64t,
-            data: DenseArrayData::Int(data),
-        };
-        self.push(
-            m,
-            "stablehlo.slice",
-            &[v],
-            ty,
-            vec![
-                ("limit_indices", array(limit)),
-                ("start_indices", array(start)),
-                ("strides", array(strides)),
-            ],
-        )
+        let props = vec![
+            ("limit_indices", i64_array(m, limit)),
+            ("start_indices", i64_array(m, start)),
+            ("strides", i64_array(m, strides)),
+        ];
+        self.push(m, "stablehlo.slice", &[v], ty, props)
     }
 
     /// `name(a, b)` of result type `ty`.
