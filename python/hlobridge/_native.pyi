@@ -168,7 +168,8 @@ def stats() -> dict[str, int]:
     calls), onednn_matmul_calls (of the products, those compiled as calls of
     the plugin's oneDNN matrix product), dot_operand_rewrites (products left
     to XLA whose operands were given unmerged, with their transposes and
-    scalar scalings folded: ``HLOBRIDGE_DOT_OPERANDS``)."""
+    scalar scalings folded: ``HLOBRIDGE_DOT_OPERANDS``), reduce_stages
+    (large float reductions run in two stages: ``HLOBRIDGE_REDUCE_STAGES``)."""
 
 def reset_stats() -> None:
     """Reset every counter to zero."""

@@ -191,6 +191,7 @@ pub fn compile(
         stats::HOST_GEMM_CALLS.add(c.host.gemm_rewritten as u64);
         stats::HOST_CONV_CALLS.add(c.host.conv_rewritten as u64);
         stats::DOT_OPERAND_REWRITES.add(c.host.dot_operands as u64);
+        stats::REDUCE_STAGES.add(c.host.reduce_stages as u64);
         let onednn = c.host.kernels.get(hlobridge::lower::onednn_call::MATMUL);
         stats::ONEDNN_MATMUL_CALLS.add(onednn.copied().unwrap_or(0) as u64);
     }

@@ -64,6 +64,10 @@ pub static ONEDNN_MATMUL_CALLS: Counter = Counter::new();
 /// gave unmerged (`hlobridge::lower::dot_operands`), over all compiles.
 pub static DOT_OPERAND_REWRITES: Counter = Counter::new();
 
+/// Reductions the CPU lowering ran in two stages
+/// (`hlobridge::lower::reduce_stages`), over all compiles.
+pub static REDUCE_STAGES: Counter = Counter::new();
+
 const ALL: &[(&str, &Counter)] = &[
     ("input_views", &INPUT_VIEWS),
     ("input_copies", &INPUT_COPIES),
@@ -77,6 +81,7 @@ const ALL: &[(&str, &Counter)] = &[
     ("host_conv_calls", &HOST_CONV_CALLS),
     ("onednn_matmul_calls", &ONEDNN_MATMUL_CALLS),
     ("dot_operand_rewrites", &DOT_OPERAND_REWRITES),
+    ("reduce_stages", &REDUCE_STAGES),
 ];
 
 /// The counters as a `dict[str, int]`.

@@ -158,6 +158,7 @@ impl Prepared {
         report.conv_rewritten = full.conv.rewritten;
         report.convolutions = full.conv.convolutions;
         report.dot_operands = full.dot_operands.rewritten;
+        report.reduce_stages = full.reduce_stages.rewritten;
         match compile_text(&program) {
             Ok(out) => {
                 report.kernels = report::count_kernels(&program);

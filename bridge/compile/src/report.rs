@@ -22,6 +22,8 @@ pub struct HostReport {
     /// Products left to XLA given their operands unmerged
     /// (`hlobridge::lower::dot_operands`).
     pub dot_operands: usize,
+    /// Reductions run in two stages (`hlobridge::lower::reduce_stages`).
+    pub reduce_stages: usize,
     /// Host-kernel custom calls in the compiled program, by target name
     /// (`hlobridge_gemm_nn`, `hlobridge_conv`, ...).
     pub kernels: BTreeMap<String, usize>,
@@ -47,7 +49,7 @@ impl HostReport {
     /// The encoding stored in front of a disk-cache payload.
     pub(crate) fn encode(&self) -> String {
         format!(
-            "lowering={}\ngemm={}/{}\nconv={}/{}\nfell_back={}\nkernels={}\ndot_operands={}",
+            "lowering={}\ngemm={}/{}\nconv={}/{}\nfell_back={}\nkernels={}\ndot_operands={}\nreduce_stages={}",
             self.lowering,
             self.gemm_rewritten,
             self.gemm_products,
@@ -55,7 +57,8 @@ impl HostReport {
             self.convolutions,
             self.fell_back as u8,
             self.kernels_line(),
-            self.dot_operands
+            self.dot_operands,
+            self.reduce_stages
         )
     }
 
@@ -86,6 +89,7 @@ impl HostReport {
             }
         }
         r.dot_operands = field("dot_operands")?.parse().ok()?;
+        r.reduce_stages = field("reduce_stages")?.parse().ok()?;
         Some(r)
     }
 }
@@ -126,6 +130,7 @@ mod tests {
             conv_rewritten: 1,
             convolutions: 1,
             dot_operands: 2,
+            reduce_stages: 5,
             ..HostReport::default()
         };
         r.kernels.insert("hlobridge_gemm_nn".into(), 2);

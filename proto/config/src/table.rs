@@ -190,6 +190,10 @@ variables! {
             default "1",
             read_by [Rust, Scripts],
             "`0` (or `false`, `off`, `no`) leaves the CPU program's matrix products that stay with XLA as the program has them; by default a batched product whose operand torch_xla reshaped to merge its batch dims is given the operand itself, with the transposes and scalar scalings under that reshape folded into the product (docs/host_gemm.md, \"Products left to XLA\"; a GPT-2 decode step's attention stopped copying and transposing its KV caches). Part of the compile-cache key.";
+        ReduceStages = "HLOBRIDGE_REDUCE_STAGES",
+            default "1",
+            read_by [Rust, Tests, Scripts],
+            "`0` (or `false`, `off`, `no`) leaves the CPU program's large reductions (sum, max, min) as the program has them; by default each runs in two stages, a reduction over a factor of at most 32 of its largest run of reduced dims, fused with what computes its input, then the rest over a 32× smaller array (docs/host_gemm.md, \"Reductions in two stages\"; XLA:CPU otherwise splits a reduction over a dim longer than 32 into a `reduce-window` that cannot fuse with its producer and is itself slow: batch norm's statistics at ResNet-50's sizes took 4–6× as long). Part of the compile-cache key.";
         OneDnnSoftmax = "HLOBRIDGE_ONEDNN_SOFTMAX",
             default "1",
             read_by [Rust, Tests, Scripts],

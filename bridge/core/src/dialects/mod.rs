@@ -14,7 +14,7 @@ mod chlo;
 mod func;
 mod mhlo;
 mod sdy;
-mod stablehlo_control;
+pub(crate) mod stablehlo_control;
 mod stablehlo_data;
 pub(crate) mod stablehlo_dot_conv;
 mod stablehlo_elementwise;

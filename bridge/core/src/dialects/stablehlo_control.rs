@@ -10,7 +10,7 @@ use super::common::{
     get_i64_array, i64_array, parse_int_list, print_attr_dict_sorted, print_int_list,
 };
 use super::{OpFormat, ResultTypes};
-use crate::ir::{OpId, Type, TypeId, ValueId};
+use crate::ir::{Module, OpId, Type, TypeId, ValueId};
 use crate::parse::{ArgDef, PResult, Parser};
 use crate::print::Printer;
 use smallvec::SmallVec;
@@ -165,13 +165,14 @@ fn build_compact_body(
     m.push_op(block, ret);
 }
 
-/// The inner op name if `op` can print as `applies OP` without losing
-/// anything: MLIR's eligibility rule (one commutative binary stablehlo op
-/// on the block arguments, whose result is returned, typed as the first
-/// input's element type) plus: no attributes on the inner op and a
-/// `stablehlo.return` terminator (which is what the compact form rebuilds).
-fn compact_inner_op(pr: &Printer<'_>, op: OpId) -> Option<&'static str> {
-    let m = pr.m;
+/// The inner op name if reduce `op` can print as `applies OP` without
+/// losing anything: MLIR's eligibility rule (one commutative binary
+/// stablehlo op on the block arguments, whose result is returned, typed as
+/// the first input's element type) plus: no attributes on the inner op and
+/// a `stablehlo.return` terminator (which is what the compact form
+/// rebuilds). So also what the reduction combines its elements with (the
+/// CPU lowering's `reduce_stages` reads it).
+pub(crate) fn reduce_combiner(m: &Module, op: OpId) -> Option<&'static str> {
     let o = m.op(op);
     let &[region] = o.regions.as_slice() else {
         return None;
@@ -244,7 +245,7 @@ fn print_reduce(pr: &mut Printer<'_>, op: OpId) -> bool {
     if 2 * n != o.operands.len() || o.regions.len() != 1 || !o.successors.is_empty() {
         return false;
     }
-    let compact = compact_inner_op(pr, op);
+    let compact = reduce_combiner(pr.m, op);
     if compact.is_none() {
         // The region form prints the entry block's arguments pairwise.
         let Some(&entry) = m.region(o.regions[0]).blocks.first() else {

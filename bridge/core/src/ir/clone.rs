@@ -1,6 +1,8 @@
 //! Deep copies of ops, regions, types, attributes and locations from one
-//! [`Module`] into another, with symbol renaming. The stitcher uses it to
-//! move segments into the fused module.
+//! [`Module`] into another, with symbol renaming (the stitcher uses it to
+//! move segments into the fused module), and of an op within one module
+//! ([`copy_op_within`]: the refiner's function copies, the CPU lowering's
+//! reduction stages).
 
 use super::{
     AliasValue, AttrId, Attribute, BlockId, LocId, Location, Module, NamedAttr, OpId, RegionId,
@@ -387,5 +389,82 @@ impl<'a> Cloner<'a> {
             }
         }
         nr
+    }
+}
+
+/// Deep copy of `op` inside the same module (operands defined outside the
+/// copy keep pointing at the originals).
+pub fn copy_op_within(m: &mut Module, op: OpId, map: &mut FxHashMap<ValueId, ValueId>) -> OpId {
+    let src = m.op(op).clone();
+    let new = m.add_op(src.name);
+    {
+        let o = m.op_mut(new);
+        o.props = src.props.clone();
+        o.attrs = src.attrs.clone();
+        o.loc = src.loc;
+        o.operands = src
+            .operands
+            .iter()
+            .map(|v| *map.get(v).unwrap_or(v))
+            .collect();
+    }
+    for &r in &src.results {
+        let (ty, hint) = (m.value_type(r), m.value(r).name);
+        let nv = m.add_result(new, ty, hint);
+        map.insert(r, nv);
+    }
+    for &r in &src.regions {
+        copy_region_within(m, r, new, map);
+    }
+    new
+}
+
+fn copy_region_within(
+    m: &mut Module,
+    r: RegionId,
+    new_op: OpId,
+    map: &mut FxHashMap<ValueId, ValueId>,
+) {
+    let nr = m.add_region(new_op);
+    let blocks = m.region(r).blocks.clone();
+    let mut bmap: FxHashMap<BlockId, BlockId> = FxHashMap::default();
+    for &b in &blocks {
+        let nb = m.add_block();
+        m.push_block(nr, nb);
+        bmap.insert(b, nb);
+        m.blocks[nb.index()].label = m.block(b).label;
+        for a in m.block(b).args.clone() {
+            let (ty, hint, loc) = (m.value_type(a), m.value(a).name, m.value(a).loc);
+            let na = m.add_block_arg(nb, ty, hint);
+            m.values[na.index()].loc = loc;
+            map.insert(a, na);
+        }
+    }
+    for &b in &blocks {
+        let nb = bmap[&b];
+        for child in m.block(b).ops.clone() {
+            let nc = copy_op_within(m, child, map);
+            let succ = m
+                .op(child)
+                .successors
+                .iter()
+                .map(|s| *bmap.get(s).unwrap_or(s))
+                .collect();
+            m.op_mut(nc).successors = succ;
+            m.push_op(nb, nc);
+        }
+    }
+    // Operands used before their definition inside the copy (graph regions)
+    // are remapped once everything exists.
+    for &b in &blocks {
+        for &nc in &m.block(bmap[&b]).ops.clone() {
+            let ops: Vec<ValueId> = m
+                .op(nc)
+                .operands
+                .iter()
+                .map(|v| *map.get(v).unwrap_or(v))
+                .collect();
+            m.op_mut(nc).operands = ops.into_iter().collect();
+        }
     }
 }

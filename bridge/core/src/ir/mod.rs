@@ -13,7 +13,7 @@ mod module;
 mod types;
 
 pub use attrs::{Attribute, DenseArrayData, NamedAttr};
-pub use clone::Cloner;
+pub use clone::{copy_op_within, Cloner};
 pub use ids::{AttrId, BlockId, LocId, OpId, RegionId, TypeId, ValueId};
 pub use location::Location;
 pub use module::{AliasValue, BlockData, Module, OpData, RegionData, TopItem, ValueData, ValueDef};

@@ -10,6 +10,7 @@ pub mod host_gemm;
 pub mod onednn_bias;
 pub mod onednn_call;
 pub mod onednn_softmax;
+pub mod reduce_stages;
 
 pub use collectives::{
     rewrite_collectives, rewrite_collectives_text, CollectiveTarget, CollectivesReport,
@@ -17,6 +18,7 @@ pub use collectives::{
 pub use dot_operands::{rewrite_dot_operands, DotOperandsReport};
 pub use host_conv::{rewrite_host_conv, HostConvPolicy, HostConvReport};
 pub use host_gemm::{rewrite_host_gemm, HostGemmPolicy, HostGemmReport};
+pub use reduce_stages::{rewrite_reduce_stages, ReduceStagesReport};
 
 use crate::{parse_module, print_module, PrintOptions};
 
@@ -35,6 +37,8 @@ pub struct HostLowering {
     /// The dot operand rewrite ([`dot_operands`]) for the products left to
     /// XLA, if on.
     pub dot_operands: bool,
+    /// The two-stage rewrite of large reductions ([`reduce_stages`]), if on.
+    pub reduce_stages: bool,
 }
 
 impl HostLowering {
@@ -93,6 +97,8 @@ impl HostLowering {
             softmax,
             // `HLOBRIDGE_DOT_OPERANDS=0` leaves XLA's products as they are.
             dot_operands: !is_off(Var::DotOperands),
+            // `HLOBRIDGE_REDUCE_STAGES=0` leaves reductions to XLA's own split.
+            reduce_stages: !is_off(Var::ReduceStages),
         }
     }
 
@@ -143,6 +149,12 @@ impl HostLowering {
         if self.dot_operands {
             tag.push_str(&format!(";dot_operands.v{}", dot_operands::REWRITE_VERSION));
         }
+        if self.reduce_stages {
+            tag.push_str(&format!(
+                ";reduce_stages.v{}",
+                reduce_stages::REWRITE_VERSION
+            ));
+        }
         tag
     }
 }
@@ -184,7 +196,11 @@ impl HostLowering {
     /// Whether any host rewrite is on (every CPU-only rewrite added to
     /// [`HostLowering`] must be counted here).
     pub fn any(&self) -> bool {
-        self.gemm.is_some() || self.conv.is_some() || self.softmax.is_some() || self.dot_operands
+        self.gemm.is_some()
+            || self.conv.is_some()
+            || self.softmax.is_some()
+            || self.dot_operands
+            || self.reduce_stages
     }
 }
 
@@ -213,6 +229,8 @@ pub struct HostLoweringReport {
     pub softmax: usize,
     /// The dot operand rewrite of the products left to XLA.
     pub dot_operands: DotOperandsReport,
+    /// Reductions run in two stages.
+    pub reduce_stages: ReduceStagesReport,
 }
 
 /// Lowers module `text` for a host (CPU) plugin that has the host kernels:
@@ -230,7 +248,8 @@ pub fn lower_text_for_host_report(
         .softmax
         .filter(|_| text.contains("exponential") && text.contains("divide"));
     let dot_operands = lowering.dot_operands && text.contains("dot_general");
-    if gemm.is_none() && conv.is_none() && softmax.is_none() && !dot_operands {
+    let reduce_stages = lowering.reduce_stages && text.contains("stablehlo.reduce");
+    if gemm.is_none() && conv.is_none() && softmax.is_none() && !dot_operands && !reduce_stages {
         return None;
     }
     let mut m = match parse_module(text) {
@@ -257,6 +276,10 @@ pub fn lower_text_for_host_report(
     if let Some(min) = softmax {
         report.softmax = onednn_softmax::rewrite_onednn_softmax(&mut m, min);
     }
+    if reduce_stages {
+        // After the softmax rewrite, which takes its reductions whole.
+        report.reduce_stages = reduce_stages::rewrite_reduce_stages(&mut m);
+    }
     if report.conv.channels_last > 0 {
         // Channels-last oneDNN calls: keep the host kernels' buffers row-major.
         host_conv::pin_row_major_host_calls(&mut m);
@@ -265,6 +288,7 @@ pub fn lower_text_for_host_report(
         && report.conv.rewritten == 0
         && report.softmax == 0
         && report.dot_operands.rewritten == 0
+        && report.reduce_stages.rewritten == 0
     {
         return None;
     }

@@ -12,9 +12,7 @@ use super::lit::Lit;
 use super::signature::{entry_args, update_function_type};
 use super::span::refinement_error;
 use super::Refiner;
-use crate::ir::{
-    Attribute, BlockId, Module, NamedAttr, OpId, RegionId, Type, TypeId, ValueDef, ValueId,
-};
+use crate::ir::{Attribute, Module, NamedAttr, OpId, Type, TypeId, ValueId};
 use crate::Result;
 use rustc_hash::FxHashMap;
 
@@ -216,7 +214,7 @@ fn compatible(m: &Module, a: TypeId, b: TypeId) -> bool {
 /// A copy of function `f` named `name`, placed right after it.
 fn clone_func(m: &mut Module, f: OpId, name: &str) -> Option<OpId> {
     let mut map: FxHashMap<ValueId, ValueId> = FxHashMap::default();
-    let new = clone_op(m, f, &mut map);
+    let new = crate::ir::copy_op_within(m, f, &mut map);
     let sym_name = m.sym("sym_name");
     let value = m.add_attr(Attribute::String {
         escaped: name.into(),
@@ -246,77 +244,4 @@ fn clone_func(m: &mut Module, f: OpId, name: &str) -> Option<OpId> {
     m.blocks[parent.index()].ops.insert(pos + 1, new);
     m.op_mut(new).parent = Some(parent);
     Some(new)
-}
-
-/// Deep copy of `op` inside the same module (operands defined outside the
-/// copy keep pointing at the originals).
-fn clone_op(m: &mut Module, op: OpId, map: &mut FxHashMap<ValueId, ValueId>) -> OpId {
-    let src = m.op(op).clone();
-    let new = m.add_op(src.name);
-    {
-        let o = m.op_mut(new);
-        o.props = src.props.clone();
-        o.attrs = src.attrs.clone();
-        o.loc = src.loc;
-        o.operands = src
-            .operands
-            .iter()
-            .map(|v| *map.get(v).unwrap_or(v))
-            .collect();
-    }
-    for &r in &src.results {
-        let (ty, hint) = (m.value_type(r), m.value(r).name);
-        let nv = m.add_result(new, ty, hint);
-        map.insert(r, nv);
-    }
-    for &r in &src.regions {
-        clone_region(m, r, new, map);
-    }
-    new
-}
-
-fn clone_region(m: &mut Module, r: RegionId, new_op: OpId, map: &mut FxHashMap<ValueId, ValueId>) {
-    let nr = m.add_region(new_op);
-    let blocks = m.region(r).blocks.clone();
-    let mut bmap: FxHashMap<BlockId, BlockId> = FxHashMap::default();
-    for &b in &blocks {
-        let nb = m.add_block();
-        m.push_block(nr, nb);
-        bmap.insert(b, nb);
-        m.blocks[nb.index()].label = m.block(b).label;
-        for a in m.block(b).args.clone() {
-            let (ty, hint, loc) = (m.value_type(a), m.value(a).name, m.value(a).loc);
-            let na = m.add_block_arg(nb, ty, hint);
-            m.values[na.index()].loc = loc;
-            map.insert(a, na);
-        }
-    }
-    for &b in &blocks {
-        let nb = bmap[&b];
-        for child in m.block(b).ops.clone() {
-            let nc = clone_op(m, child, map);
-            let succ = m
-                .op(child)
-                .successors
-                .iter()
-                .map(|s| *bmap.get(s).unwrap_or(s))
-                .collect();
-            m.op_mut(nc).successors = succ;
-            m.push_op(nb, nc);
-        }
-    }
-    // Operands used before their definition inside the copy (graph regions)
-    // are remapped once everything exists.
-    for &b in &blocks {
-        for &nc in &m.block(bmap[&b]).ops.clone() {
-            let ops: Vec<ValueId> = m
-                .op(nc)
-                .operands
-                .iter()
-                .map(|v| *map.get(v).unwrap_or(v))
-                .collect();
-            m.op_mut(nc).operands = ops.into_iter().collect();
-        }
-    }
-    let _ = ValueDef::Pending;
 }
