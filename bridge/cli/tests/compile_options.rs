@@ -9,7 +9,8 @@
 //! A JAX program (matmul, layer norm, softmax) on fresh seeded inputs is run
 //! through the plugin by jaxlib twice: with jaxlib's default
 //! `CompileOptions`, and with the `CompileOptionsProto` hlobridge sends.
-//! With the host GEMM lowering off, `hlobridge run` must match the second
+//! With the host lowering off (`HLOBRIDGE_HOST_GEMM=off`,
+//! `HLOBRIDGE_REDUCE_STAGES=0`), `hlobridge run` must match the second
 //! bitwise (parse, print and the runtime change nothing), and with
 //! `--xla-option xla_cpu_experimental_ynn_fusion_type=...` the first. Skipped
 //! with a message when the venv's python (with jax) is missing.
@@ -124,6 +125,7 @@ fn run_matches_the_plugin_defaults_and_jaxlib_with_its_ynn_option() {
         let o = Command::new(env!("CARGO_BIN_EXE_hlobridge"))
             .args(&args)
             .env("HLOBRIDGE_HOST_GEMM", "off")
+            .env("HLOBRIDGE_REDUCE_STAGES", "0")
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -207,7 +207,8 @@ fn plan(dims: &[i64], reduced: &[i64]) -> Option<Plan> {
     if reduced.is_empty() || reduced.iter().any(|&d| d < 0 || d >= rank) {
         return None;
     }
-    if dims.iter().product::<i64>() < MIN_ELEMENTS {
+    // (Checked: a shape's element count can overflow in hostile input.)
+    if dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d))? < MIN_ELEMENTS {
         return None;
     }
     // Runs of adjacent reduced dims: (first, last, elements).
@@ -217,7 +218,7 @@ fn plan(dims: &[i64], reduced: &[i64]) -> Option<Plan> {
         match runs.last_mut() {
             Some((_, last, n)) if *last + 1 == d => {
                 *last = d;
-                *n *= dims[d];
+                *n = n.checked_mul(dims[d])?;
             }
             _ => runs.push((d, d, dims[d])),
         }

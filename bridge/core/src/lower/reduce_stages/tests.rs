@@ -85,6 +85,8 @@ fn plans_leave_small_and_unsplittable_reductions() {
     // Runs of at most 32 are one fused reduction already (a stage 1).
     assert_eq!(plan_of(&[8192, 4], &[1]), None);
     assert_eq!(plan_of(&[8, 256, 98, 32], &[3]), None);
+    // An element count past i64 (hostile input) is left, not a panic.
+    assert_eq!(plan_of(&[1 << 40, 1 << 40], &[1]), None);
     // Nothing reduced, or a dim out of range.
     assert_eq!(plan_of(&[128, 256], &[]), None);
     assert_eq!(plan_of(&[128, 256], &[2]), None);
