@@ -31,7 +31,10 @@ fn batch_norm_variance_runs_in_two_stages() {
     insta::assert_snapshot!(out);
 }
 
-fn plan_of(dims: &[i64], reduced: &[i64]) -> Option<(Vec<i64>, Vec<i64>, i64, Vec<i64>)> {
+/// A plan's fields: staged dims, stage-1 result dims, stage-1 axis, stage-2 dims.
+type PlanParts = (Vec<i64>, Vec<i64>, i64, Vec<i64>);
+
+fn plan_of(dims: &[i64], reduced: &[i64]) -> Option<PlanParts> {
     plan(dims, reduced).map(|p| (p.staged_dims, p.partial_dims, p.axis, p.rest))
 }
 
