@@ -204,7 +204,7 @@ pub fn rewrite_checks(m: &mut Module) -> Result<Rewrite, ConformError> {
             escaped: "main".into(),
             ty: None,
         });
-        set_prop(rw.m, entry, "sym_name", a);
+        rw.m.set_op_attr(entry, "sym_name", a);
     }
     let total_outputs = func_type(rw.m, entry).map_or(0, |(_, r)| r.len());
     Ok(Rewrite {
@@ -604,25 +604,12 @@ fn new_constant(m: &mut Module, value: AttrId, ty: TypeId, block: BlockId, pos: 
     let loc = m.op(old).loc;
     let name = m.sym("stablehlo.constant");
     let c = m.add_op(name);
-    set_prop(m, c, "value", value);
+    m.set_op_attr(c, "value", value);
     let v = m.add_result(c, ty, None);
     m.op_mut(c).loc = loc;
     m.blocks[block.index()].ops[pos] = c;
     m.op_mut(c).parent = Some(block);
     v
-}
-
-/// Replace (or add) inherent attribute `name` of `op`.
-fn set_prop(m: &mut Module, op: OpId, name: &str, value: AttrId) {
-    let sym = m.sym(name);
-    let o = m.op_mut(op);
-    if let Some(na) = o.props.iter_mut().find(|a| a.name == sym) {
-        na.value = value;
-    } else if let Some(na) = o.attrs.iter_mut().find(|a| a.name == sym) {
-        na.value = value;
-    } else {
-        o.props.push(crate::ir::NamedAttr { name: sym, value });
-    }
 }
 
 /// Pad an existing `res_attrs` array of `op` (a function or a call) with
@@ -646,7 +633,7 @@ fn pad_res_attrs(m: &mut Module, op: OpId) {
         elems.push(m.add_attr(Attribute::Dict(Vec::new())));
     }
     let a = m.add_attr(Attribute::Array(elems));
-    set_prop(m, op, "res_attrs", a);
+    m.set_op_attr(op, "res_attrs", a);
 }
 
 /// Append `vals` to the results of function `f` (its return op, its
@@ -675,7 +662,7 @@ fn append_results(m: &mut Module, f: OpId, vals: &[ValueId]) -> Result<usize, St
     }
     let fty = m.intern_type(Type::Function { inputs, results });
     let a = m.add_attr(Attribute::Type(fty));
-    set_prop(m, f, "function_type", a);
+    m.set_op_attr(f, "function_type", a);
     pad_res_attrs(m, f);
     Ok(first)
 }

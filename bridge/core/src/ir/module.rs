@@ -408,6 +408,20 @@ impl Module {
             .map(|a| a.value)
     }
 
+    /// Replace attribute `name` of `op` (inherent first, then discardable),
+    /// or add it as an inherent one.
+    pub fn set_op_attr(&mut self, op: OpId, name: &str, value: AttrId) {
+        let sym = self.sym(name);
+        let o = &mut self.ops[op.index()];
+        if let Some(na) = o.props.iter_mut().find(|a| a.name == sym) {
+            na.value = value;
+        } else if let Some(na) = o.attrs.iter_mut().find(|a| a.name == sym) {
+            na.value = value;
+        } else {
+            o.props.push(NamedAttr { name: sym, value });
+        }
+    }
+
     /// The top-level ops of the file.
     pub fn top_ops(&self) -> impl Iterator<Item = OpId> + '_ {
         self.top.iter().filter_map(|t| match t {

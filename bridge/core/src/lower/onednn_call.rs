@@ -211,15 +211,20 @@ impl Emitter {
         m.op_mut(op).operands = SmallVec::from_slice(operands);
         m.op_mut(op).props = props.into_iter().collect();
         m.op_mut(op).loc = self.loc;
-        m.op_mut(op).parent = Some(self.block);
         let v = m.add_result(op, ty, None);
+        self.place(m, op);
+        v
+    }
+
+    /// Places the unplaced `op` (results and all) before `at`.
+    pub fn place(&self, m: &mut Module, op: OpId) {
+        m.op_mut(op).parent = Some(self.block);
         let ops = &mut m.blocks[self.block.index()].ops;
         let pos = ops
             .iter()
             .position(|&x| x == self.at)
             .expect("op in its block");
         ops.insert(pos, op);
-        v
     }
 
     /// A `stablehlo.constant` of literal `body` and type `ty`.

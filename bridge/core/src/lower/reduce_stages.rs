@@ -224,13 +224,7 @@ fn plan(dims: &[i64], reduced: &[i64]) -> Option<Plan> {
         }
     }
     // The largest run; the outermost of equal ones.
-    let (first, last, p) =
-        runs.iter()
-            .copied()
-            .fold(None, |best: Option<(usize, usize, i64)>, r| match best {
-                Some(b) if b.2 >= r.2 => Some(b),
-                _ => Some(r),
-            })?;
+    let (first, last, p) = runs.iter().rev().copied().max_by_key(|r| r.2)?;
     // A run of at most 32 is already one fused reduction for XLA (and is
     // what stage 1 is).
     if p <= STAGE {
@@ -284,10 +278,7 @@ fn apply(m: &mut Module, op: OpId, plan: &Plan) {
     let partial_ty = tensor_type(m, &plan.partial_dims, elem);
     let partial = m.op(stage1).results[0];
     m.values[partial.index()].ty = partial_ty;
-    m.op_mut(stage1).parent = Some(block);
-    let ops = &mut m.blocks[block.index()].ops;
-    let pos = ops.iter().position(|&x| x == op).expect("op in its block");
-    ops.insert(pos, stage1);
+    at.place(m, stage1);
 
     let kept = at.push(
         m,
@@ -300,20 +291,11 @@ fn apply(m: &mut Module, op: OpId, plan: &Plan) {
     set_dimensions(m, op, plan.rest.clone());
 }
 
-/// Sets reduce `op`'s `dimensions` (a property, or an attribute in the
-/// generic form's dictionary).
+/// Sets reduce `op`'s `dimensions`.
 fn set_dimensions(m: &mut Module, op: OpId, dims: Vec<i64>) {
     let value = i64_array(m, dims);
     let value = m.add_attr(value);
-    let name = m.sym("dimensions");
-    let o = m.op_mut(op);
-    match o.attrs.iter_mut().find(|a| a.name == name) {
-        Some(a) => a.value = value,
-        None => match o.props.iter_mut().find(|a| a.name == name) {
-            Some(a) => a.value = value,
-            None => o.props.push(crate::ir::NamedAttr { name, value }),
-        },
-    }
+    m.set_op_attr(op, "dimensions", value);
 }
 
 #[cfg(test)]
