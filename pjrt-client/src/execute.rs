@@ -6,6 +6,13 @@
 //! Deletion is checked against our own flag before the call (donation and
 //! `Buffer::delete` set it); if the plugin rejects the call anyway,
 //! `PJRT_Buffer_IsDeleted` is consulted to name the deleted argument.
+//!
+//! Every execution gets its own launch id unless the caller sets one: the
+//! CPU plugin turns the launch id into the `RunId` that keys its in-process
+//! collective rendezvous (with the device ids and the op), so two
+//! multi-device executions in flight at once under the same id (two
+//! threads, or two clients whose devices are both numbered from 0) would
+//! meet in one all-reduce and read each other's buffers.
 
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
@@ -33,8 +40,18 @@ pub enum Donation<'a> {
 pub struct ExecuteOptions<'a> {
     /// Donation policy.
     pub donation: Donation<'a>,
-    /// Launch id for multi-device launches (0 = unset).
+    /// Launch id for multi-device launches. 0 (unset) takes a fresh
+    /// process-wide id per execution ([`next_launch_id`]); set it only to
+    /// match a launch coordinated with other processes.
     pub launch_id: i32,
+}
+
+/// A launch id no other execution in this process has used (1..=`i32::MAX`,
+/// wrapping after 2³¹ − 1 launches, never 0).
+pub fn next_launch_id() -> i32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    (NEXT.fetch_add(1, Ordering::Relaxed) % i32::MAX as u32) as i32 + 1
 }
 
 type Ptrs = SmallVec<[*mut ffi::PJRT_Buffer; 16]>;
@@ -172,7 +189,10 @@ impl LoadedExecutable {
         };
 
         let mut eo = ffi::PJRT_ExecuteOptions::new();
-        eo.launch_id = opts.launch_id;
+        eo.launch_id = match opts.launch_id {
+            0 => next_launch_id(),
+            id => id,
+        };
         eo.non_donatable_input_indices = non_donatable.as_ptr();
         eo.num_non_donatable_input_indices = non_donatable.len();
         let mut a = ffi::PJRT_LoadedExecutable_Execute_Args::new();

@@ -63,7 +63,7 @@ pub use dtype::{ElementType, NativeType};
 pub use error::{Error, ErrorCode, Result};
 pub use event::{Completion, Event};
 pub use executable::{ArrayInfo, Executable, LoadedExecutable};
-pub use execute::{Donation, ExecuteOptions};
+pub use execute::{next_launch_id, Donation, ExecuteOptions};
 pub use hlo::{FusionInfo, OptimizedHlo};
 pub use hlobridge_proto as proto;
 pub use host_kernels::HostKernels;

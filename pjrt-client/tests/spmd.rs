@@ -36,10 +36,21 @@ fn shardy() -> String {
 }
 
 fn check(module: &str, partitioner: Partitioner) {
-    let c = client(4);
+    check_with(&client(4), module, partitioner, 11, 1);
+}
+
+/// Compiles `module` on `c`, runs it `runs` times on inputs drawn from
+/// `seed` and checks every run against the unsharded program.
+fn check_with(
+    c: &pjrt_client::Client,
+    module: &str,
+    partitioner: Partitioner,
+    seed: u64,
+    runs: usize,
+) {
     assert_eq!(c.device_count(), 4);
-    let x = random_f32(16 * 8, 11);
-    let w = random_f32(8 * 4, 12);
+    let x = random_f32(16 * 8, seed);
+    let w = random_f32(8 * 4, seed + 1);
 
     // Unsharded reference on one device.
     let plain = c
@@ -74,18 +85,58 @@ fn check(module: &str, partitioner: Partitioner) {
         ]);
     }
     let refs: Vec<Vec<&Buffer>> = args.iter().map(|v| v.iter().collect()).collect();
-    let out = exe
-        .execute_sharded(&refs, &ExecuteOptions::default())
-        .unwrap();
-    assert_eq!(out.len(), 4);
-    let mut got_y = Vec::new();
-    for (d, o) in out.iter().enumerate() {
-        assert_eq!(o.len(), 2);
-        assert_eq!(o[0].device().unwrap(), devices[d]);
-        got_y.extend(o[0].to_host::<f32>().unwrap());
-        assert_close(&o[1].to_host::<f32>().unwrap(), &want_s, 1e-4);
+    for _ in 0..runs {
+        let out = exe
+            .execute_sharded(&refs, &ExecuteOptions::default())
+            .unwrap();
+        assert_eq!(out.len(), 4);
+        let mut got_y = Vec::new();
+        for (d, o) in out.iter().enumerate() {
+            assert_eq!(o.len(), 2);
+            assert_eq!(o[0].device().unwrap(), devices[d]);
+            got_y.extend(o[0].to_host::<f32>().unwrap());
+            assert_close(&o[1].to_host::<f32>().unwrap(), &want_s, 1e-4);
+        }
+        assert_close(&got_y, &want_y, 1e-4);
     }
-    assert_close(&got_y, &want_y, 1e-4);
+}
+
+/// Sharded executions in flight at once, from several threads and from
+/// clients whose devices share ids, each with its own inputs: every result
+/// must be its own. With one launch id for all of them the plugin's
+/// collective rendezvous met across executions (crashes, or one run's
+/// all-reduce reading another's buffers).
+#[test]
+fn concurrent_sharded_executions_stay_apart() {
+    let shared = client(4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let shared = &shared;
+            s.spawn(move || {
+                let own;
+                let c = if t % 2 == 0 {
+                    shared
+                } else {
+                    own = client(4);
+                    &own
+                };
+                let (module, partitioner) = if t < 2 {
+                    (gspmd(), Partitioner::Gspmd)
+                } else {
+                    (shardy(), Partitioner::Shardy)
+                };
+                check_with(c, &module, partitioner, 100 + 10 * t, 40);
+            });
+        }
+    });
+}
+
+#[test]
+fn launch_ids_are_fresh_and_never_zero() {
+    let ids: Vec<i32> = (0..1000).map(|_| pjrt_client::next_launch_id()).collect();
+    assert!(ids.iter().all(|&i| i > 0));
+    let distinct: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len());
 }
 
 #[test]
