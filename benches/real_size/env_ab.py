@@ -10,7 +10,10 @@ are then timed alternately (``--rounds`` rounds of ``--calls`` calls each,
 the order reversed every other round) and the medians and the median of the
 per-round ratios ``B / A`` printed. Both run in this process, so the
 machine's load affects them alike; the ratio is the figure to quote, not
-the milliseconds. For inference the first calls' outputs are compared.
+the milliseconds. For inference the first calls' outputs are compared. Each call must compile
+a graph of its own (inference compiles a per-setting wrapper: Dynamo would
+otherwise serve the second model the first one's graph, whatever the
+variable says); the script stops if one does not.
 
     .venv/bin/python benches/real_size/env_ab.py resnet50 train HLOBRIDGE_REDUCE_STAGES 0 1
 """
@@ -40,14 +43,20 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import torch
     import worker
+    from hlobridge._src.dynamo import program as hb_program
 
     calls, first = {}, {}
     for v in (args.a, args.b):
         os.environ[args.var] = v
         torch.manual_seed(0)
         call = worker._build(dict(model=args.model, variant="hlobridge", path=args.path,
-                                  threads=2, optimizer="adamw", lr=1e-4))
+                                  threads=2, optimizer="adamw", lr=1e-4,
+                                  own_code=f"setting_{len(calls)}"))
+        graphs = hb_program.graphs_compiled()
         first[v] = worker._sync(call())
+        if hb_program.graphs_compiled() == graphs:
+            sys.exit(f"{args.var}={v}: the call compiled no graph of its own, so it would "
+                     "run the other setting's program")
         calls[v] = call
     for call in calls.values():  # warm both before timing
         worker._sync(call())

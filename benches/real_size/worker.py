@@ -92,7 +92,16 @@ def _build(job: dict[str, Any]) -> Callable[[], Any]:
         m: Any = model
         if variant != "eager":
             backend = "hlobridge" if variant == "hlobridge" else "inductor"
-            m = torch.compile(model, backend=backend, dynamic=False)
+            if job.get("own_code"):
+                # A code object of its own (Dynamo keys its cache by code
+                # object, and a second model of the same class passes the
+                # first one's guards): env_ab.py builds one call per setting
+                # and each must compile under its own.
+                ns: dict[str, Any] = {"model": model}
+                exec(f"def call_{job['own_code']}(*a, **k):\n    return model(*a, **k)\n", ns)
+                m = torch.compile(ns[f"call_{job['own_code']}"], backend=backend, dynamic=False)
+            else:
+                m = torch.compile(model, backend=backend, dynamic=False)
 
         def infer() -> Any:
             with torch.no_grad():

@@ -173,15 +173,19 @@ pub enum Kernel {
     Gemm,
     /// The `matrixmultiply` crate.
     MatrixMultiply,
+    /// PyTorch's MKL (`mkl::Mkl`), single-threaded, for f32 and f64 when
+    /// the process has loaded it; the `gemm` crate otherwise, and for
+    /// operands whose strides BLAS cannot express.
+    Mkl,
 }
 
 impl Kernel {
     /// Every kernel, for tests and benches.
-    pub const ALL: [Kernel; 2] = [Kernel::Gemm, Kernel::MatrixMultiply];
+    pub const ALL: [Kernel; 3] = [Kernel::Gemm, Kernel::MatrixMultiply, Kernel::Mkl];
 
-    /// The kernel `HLOBRIDGE_GEMM_KERNEL` names (`gemm`, the default, or
-    /// `matrixmultiply`); an unknown value is logged and the default used.
-    /// Read once per process.
+    /// The kernel `HLOBRIDGE_GEMM_KERNEL` names (`gemm`, the default,
+    /// `matrixmultiply` or `mkl`); an unknown value is logged and the
+    /// default used. Read once per process.
     pub fn from_env() -> Kernel {
         static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
         *KERNEL.get_or_init(|| {
@@ -190,10 +194,11 @@ impl Kernel {
                 None => Kernel::Gemm,
                 Some(v) if v == "gemm" => Kernel::Gemm,
                 Some(v) if v == "matrixmultiply" => Kernel::MatrixMultiply,
+                Some(v) if v == "mkl" => Kernel::Mkl,
                 Some(v) => {
                     tracing::warn!(
                         value = %v,
-                        "HLOBRIDGE_GEMM_KERNEL must be `gemm` or `matrixmultiply`; using `gemm`"
+                        "HLOBRIDGE_GEMM_KERNEL must be `gemm`, `matrixmultiply` or `mkl`; using `gemm`"
                     );
                     Kernel::Gemm
                 }
@@ -204,6 +209,8 @@ impl Kernel {
 
 /// An element type with a GEMM kernel in each [`Kernel`] library.
 pub trait GemmElement: Copy + Default + Send + Sync {
+    /// Whether [`Kernel::Mkl`] has an MKL routine for this type.
+    const MKL: bool;
     /// `C = A·B` with arbitrary strides (in elements), in the process's
     /// kernel ([`Kernel::from_env`]).
     ///
@@ -341,6 +348,7 @@ pub trait GemmElement: Copy + Default + Send + Sync {
 macro_rules! gemm_element {
     ($t:ty, $mm:path) => {
         impl GemmElement for $t {
+            const MKL: bool = true;
             unsafe fn product(
                 kernel: Kernel,
                 accumulate: bool,
@@ -361,6 +369,18 @@ macro_rules! gemm_element {
                     return;
                 }
                 let beta: $t = if accumulate { 1.0 } else { 0.0 };
+                if kernel == Kernel::Mkl && k > 0 {
+                    if let Some(mkl) = mkl::Mkl::get() {
+                        // SAFETY: forwarded from the caller's contract; it
+                        // returns false, touching nothing, for strides BLAS
+                        // cannot take, and the crate below runs those.
+                        if unsafe {
+                            mkl.product(accumulate, m, k, n, a, rsa, csa, b, rsb, csb, c, rsc, csc)
+                        } {
+                            return;
+                        }
+                    }
+                }
                 if kernel == Kernel::MatrixMultiply || k == 0 {
                     // SAFETY: forwarded from the caller's contract
                     // (`matrixmultiply` writes zeros for the empty sum,
@@ -481,6 +501,23 @@ pub(crate) unsafe fn gemm_typed<T: GemmElement + 'static>(
         .saturating_mul(m)
         .saturating_mul(n)
         .saturating_mul(k);
+    if kernel == Kernel::Mkl && threads > 1 && s.batch < threads && T::MKL && Mkl::get().is_some() {
+        // MKL's own OpenMP team splits each product (module `mkl`);
+        // batches of whole entries keep the split below.
+        return mkl::with_own_threads(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for i in 0..s.batch {
+                    block(i, 0, m);
+                }
+            }))
+            .map_err(|payload| {
+                format!(
+                    "host kernel product panicked: {}",
+                    super::donation::panic_message(payload.as_ref())
+                )
+            })
+        });
+    }
     let donate = super::donation::enabled();
     // Row chunks per matrix to post for a waiting caller (see `donation`),
     // and whether a sleeping caller is worth waking for them:
@@ -693,6 +730,9 @@ fn threads_for(s: GemmShape) -> usize {
         t
     }
 }
+
+mod mkl;
+pub use mkl::Mkl;
 
 #[cfg(test)]
 mod tests;

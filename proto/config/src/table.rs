@@ -213,7 +213,7 @@ variables! {
         GemmKernel = "HLOBRIDGE_GEMM_KERNEL",
             default "gemm",
             read_by [Rust, Scripts],
-            "The library that runs host GEMM products (and the products under host convolutions): `gemm` (the `gemm` crate) or `matrixmultiply`; another value is logged and the default used (docs/host_gemm.md). Read once per process.";
+            "The library that runs host GEMM products (and the products under host convolutions): `gemm` (the `gemm` crate), `matrixmultiply`, or `mkl` (the MKL inside PyTorch's `libtorch_cpu.so`, single-threaded per row chunk, for f32 and f64, when the process has loaded that library and it passes a self-check; the `gemm` crate otherwise); another value is logged and the default used (docs/host_gemm.md). Read once per process.";
     }
     section "Compile targets and accelerators" {
         Targets = "HLOBRIDGE_TARGETS",

@@ -68,6 +68,10 @@ trait Elem: Copy + Default + 'static {
     const ACC_EPS: f64;
     /// Unit roundoff of the stored result.
     const OUT_EPS: f64;
+    /// Half the spacing of the stored type's subnormals: the absolute error
+    /// of rounding a result below its smallest normal (f16's 2⁻²⁵ matters:
+    /// a product of 1e-5 is subnormal there).
+    const OUT_TINY: f64;
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
     /// Runs the product through the kernel's typed entry point.
@@ -86,11 +90,12 @@ trait Elem: Copy + Default + 'static {
 }
 
 macro_rules! elem {
-    ($t:ty, $dt:expr, $acc:expr, $out:expr, $from:expr, $to:expr, $run:ident) => {
+    ($t:ty, $dt:expr, $acc:expr, $out:expr, $tiny:expr, $from:expr, $to:expr, $run:ident) => {
         impl Elem for $t {
             const DTYPE: XLA_FFI_DataType = $dt;
             const ACC_EPS: f64 = $acc;
             const OUT_EPS: f64 = $out;
+            const OUT_TINY: f64 = $tiny;
             fn from_f64(x: f64) -> Self {
                 $from(x)
             }
@@ -118,6 +123,7 @@ elem!(
     XLA_FFI_DataType_F32,
     F32_EPS,
     F32_EPS,
+    f32::MIN_POSITIVE as f64 * F32_EPS,
     |x| x as f32,
     |x: f32| x as f64,
     gemm_typed
@@ -127,6 +133,7 @@ elem!(
     XLA_FFI_DataType_F64,
     f64::EPSILON / 2.0,
     f64::EPSILON / 2.0,
+    f64::MIN_POSITIVE,
     |x| x,
     |x| x,
     gemm_typed
@@ -136,6 +143,7 @@ elem!(
     XLA_FFI_DataType_BF16,
     F32_EPS,
     1.0 / 256.0,
+    1.0 / (1u128 << 127) as f64 / (1u64 << 7) as f64,
     half::bf16::from_f64,
     half::bf16::to_f64,
     gemm_widened
@@ -145,6 +153,7 @@ elem!(
     XLA_FFI_DataType_F16,
     F32_EPS,
     1.0 / 2048.0,
+    1.0 / (1u64 << 25) as f64,
     half::f16::from_f64,
     half::f16::to_f64,
     gemm_widened
@@ -152,7 +161,8 @@ elem!(
 
 /// Runs one product of `s` in layout `(ta, tb)` with `kernel` on random
 /// inputs and checks every element against the f64 product of the same
-/// (rounded) inputs: `|c - ref| <= OUT_EPS·|ref| + 2·k·ACC_EPS·Σ|a·b|`.
+/// (rounded) inputs: `|c - ref| <= OUT_EPS·|ref| + 2·k·ACC_EPS·Σ|a·b| +
+/// OUT_TINY`.
 fn check<T: Elem>(kernel: Kernel, s: GemmShape, ta: bool, tb: bool, seed: u64) {
     let GemmShape { batch, m, n, k } = s;
     let mut st = seed;
@@ -194,7 +204,7 @@ fn check<T: Elem>(kernel: Kernel, s: GemmShape, ta: bool, tb: bool, seed: u64) {
     let (want, mag) = reference(&wide(&a), &wide(&b), s, ta, tb);
     for (idx, ((got, want), mag)) in c.iter().zip(&want).zip(&mag).enumerate() {
         let got = got.to_f64();
-        let tol = T::OUT_EPS * want.abs() + 2.0 * k as f64 * T::ACC_EPS * mag + f64::MIN_POSITIVE;
+        let tol = T::OUT_EPS * want.abs() + 2.0 * k as f64 * T::ACC_EPS * mag + T::OUT_TINY;
         assert!(
             (got - want).abs() <= tol,
             "{} {kernel:?} {s:?} ta={ta} tb={tb} seed={seed:#x}: element {idx}: {got} vs {want} (tol {tol:e})",
