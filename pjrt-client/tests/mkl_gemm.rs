@@ -70,40 +70,22 @@ fn check<T: GemmElement + Into<f64> + From<f32>>(m: usize, k: usize, n: usize, t
         }
         // SAFETY: the buffers hold the matrices their strides describe.
         unsafe {
-            if accumulate {
-                T::product(
-                    Kernel::Mkl,
-                    true,
-                    m,
-                    k,
-                    n,
-                    a.as_ptr(),
-                    rsa,
-                    csa,
-                    b.as_ptr(),
-                    rsb,
-                    csb,
-                    c.as_mut_ptr(),
-                    ldc as isize,
-                    1,
-                )
-            } else {
-                T::mul_in(
-                    Kernel::Mkl,
-                    m,
-                    k,
-                    n,
-                    a.as_ptr(),
-                    rsa,
-                    csa,
-                    b.as_ptr(),
-                    rsb,
-                    csb,
-                    c.as_mut_ptr(),
-                    ldc as isize,
-                    1,
-                )
-            }
+            T::product(
+                Kernel::Mkl,
+                accumulate,
+                m,
+                k,
+                n,
+                a.as_ptr(),
+                rsa,
+                csa,
+                b.as_ptr(),
+                rsb,
+                csb,
+                c.as_mut_ptr(),
+                ldc as isize,
+                1,
+            )
         }
         for i in 0..m {
             for j in 0..n {
@@ -129,9 +111,8 @@ fn check<T: GemmElement + Into<f64> + From<f32>>(m: usize, k: usize, n: usize, t
 
 #[test]
 fn mkl_kernel_matches_float64() {
-    // Before libtorch is loaded the kernel must not find MKL (it never
-    // loads a library itself)... but `Mkl::get` caches its answer, so this
-    // process asks only after loading it.
+    // `Mkl::get` only finds a library the process has loaded, and caches
+    // its answer: this test binary loads libtorch before asking.
     let path = libtorch();
     // SAFETY: loading PyTorch's CPU library runs its initialisers, as
     // `import torch` does; it stays loaded for the process.

@@ -13,14 +13,15 @@
 //! unless the caller asked for MKL's own threads ([`with_own_threads`]): the
 //! host kernel does so for the products it would otherwise split over the
 //! cores itself, since MKL's OpenMP team shares the packed right operand
-//! and split 1.05–1.1× faster than two single-threaded halves
+//! and ran 1.05–1.1× faster than two single-threaded halves
 //! (docs/host_gemm.md). Those threads are torch's OpenMP pool, with
 //! `torch.set_num_threads`' count.
 //!
 //! Before first use the routines multiply small integer matrices in every
 //! transpose combination and must return the exact products; anything else
-//! (a different integer width, a missing symbol) leaves MKL unused, with a
-//! warning.
+//! (a different integer width, a missing symbol) leaves MKL unused, and says
+//! why in the log (`warn` for a failed check, `info` when the library is
+//! simply not loaded).
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int};
@@ -70,6 +71,14 @@ pub struct Mkl {
     set_threads_local: SetThreadsLocal,
 }
 
+/// Why [`Mkl::get`] found no MKL.
+enum Missing {
+    /// No library of [`LIBRARIES`] is loaded in the process.
+    NotLoaded(String),
+    /// One is, but a symbol is missing or the self-check failed.
+    Refused(String),
+}
+
 /// The library names tried, in order (the soname PyTorch's wheels use).
 const LIBRARIES: [&str; 1] = ["libtorch_cpu.so"];
 
@@ -80,15 +89,19 @@ impl Mkl {
         static MKL: OnceLock<Option<Mkl>> = OnceLock::new();
         MKL.get_or_init(|| match Mkl::find() {
             Ok(m) => Some(m),
-            Err(why) => {
+            Err(Missing::NotLoaded(why)) => {
                 tracing::info!(%why, "MKL not available to the host GEMM kernel");
+                None
+            }
+            Err(Missing::Refused(why)) => {
+                tracing::warn!(%why, "MKL refused for the host GEMM kernel");
                 None
             }
         })
         .as_ref()
     }
 
-    fn find() -> Result<Mkl, String> {
+    fn find() -> Result<Mkl, Missing> {
         let mut last = String::from("no library tried");
         for name in LIBRARIES {
             // RTLD_NOLOAD: only a library the process already has.
@@ -108,13 +121,13 @@ impl Mkl {
             let m = unsafe {
                 let sgemm = *lib
                     .get::<Gemm<f32>>(b"sgemm_\0")
-                    .map_err(|e| format!("{name}: {e}"))?;
+                    .map_err(|e| Missing::Refused(format!("{name}: {e}")))?;
                 let dgemm = *lib
                     .get::<Gemm<f64>>(b"dgemm_\0")
-                    .map_err(|e| format!("{name}: {e}"))?;
+                    .map_err(|e| Missing::Refused(format!("{name}: {e}")))?;
                 let set_threads_local = *lib
                     .get::<SetThreadsLocal>(b"MKL_Set_Num_Threads_Local\0")
-                    .map_err(|e| format!("{name}: {e}"))?;
+                    .map_err(|e| Missing::Refused(format!("{name}: {e}")))?;
                 Mkl {
                     _lib: lib,
                     sgemm,
@@ -122,10 +135,10 @@ impl Mkl {
                     set_threads_local,
                 }
             };
-            m.self_check()?;
+            m.self_check().map_err(Missing::Refused)?;
             return Ok(m);
         }
-        Err(last)
+        Err(Missing::NotLoaded(last))
     }
 
     /// Small integer products in all four transpose combinations, both
