@@ -170,12 +170,10 @@ impl Event {
         a.callback = Some(on_ready_run);
         a.user_arg = Box::into_raw(slot) as *mut c_void;
         // SAFETY: valid owned event; `user_arg` is a leaked box the callback
-        // takes back (it runs exactly once).
-        if let Err(e) = unsafe { pjrt_call!(self.plugin.api(), PJRT_Event_OnReady, &mut a) } {
-            // The callback was not registered: the box stays leaked, so
-            // whatever `f` holds is never released.
-            return Err(e);
-        }
+        // takes back (it runs exactly once). On an error the callback was
+        // not registered: the box stays leaked, so whatever `f` holds is
+        // never released.
+        unsafe { pjrt_call!(self.plugin.api(), PJRT_Event_OnReady, &mut a) }?;
         Ok(())
     }
 

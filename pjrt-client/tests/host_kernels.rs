@@ -19,6 +19,7 @@ fn dims_text(d: &[usize], t: &str) -> String {
 
 /// `out = lhs · rhs` through the custom call, and the same product through
 /// `stablehlo.dot_general`, as two results of one program.
+#[allow(clippy::too_many_arguments)]
 fn module(
     target: &str,
     ta: bool,

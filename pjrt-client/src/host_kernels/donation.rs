@@ -298,7 +298,6 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// The board is process-wide: these tests take turns with it.
-
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         super::test_serial()
     }
