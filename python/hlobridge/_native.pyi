@@ -357,6 +357,11 @@ def config_variables() -> list[tuple[str, str, str, str]]:
 def check_environment() -> list[str]:
     """One warning per unknown ``HLOBRIDGE_*`` variable set, naming the nearest known one."""
 
+def host_gemm_kernel() -> str:
+    """The host GEMM kernel's library in this process: ``gemm``, ``matrixmultiply`` or ``mkl``
+    (``HLOBRIDGE_GEMM_KERNEL``; ``mkl`` only once PyTorch's MKL was found and passed its
+    self-check, else ``gemm``)."""
+
 # -- hlobridge-artifact (python/src/artifact.rs) --------------------------------
 
 ARTIFACT_FORMAT: Final[str]

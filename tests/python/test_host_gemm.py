@@ -136,6 +136,37 @@ def test_the_kernels_can_be_disabled_for_the_process() -> None:
     assert out.strip().splitlines()[-1] == "0"
 
 
+def test_the_mkl_kernel_matches_float64() -> None:
+    """HLOBRIDGE_GEMM_KERNEL=mkl with every product on the host kernel: the process finds
+    PyTorch's MKL, and products split over the cores (MKL's own threads), batched ones
+    (single-threaded MKL calls), transposed operands and f64 match float64 torch."""
+    code = (
+        "import torch, jax, hlobridge as hb\n"
+        "from hlobridge import _native\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "assert _native.host_gemm_kernel() == 'mkl', _native.host_gemm_kernel()\n"
+        "g = torch.Generator().manual_seed(1234)\n"
+        "cases = [((512, 768), (768, 640), False), ((512, 768), (640, 768), True),\n"
+        "         ((6, 128, 64), (6, 64, 96), False), ((300, 200), (200, 100), False)]\n"
+        "for (sa, sb, t) in cases:\n"
+        "    for dt in (torch.float32, torch.float64):\n"
+        "        a = torch.randn(*sa, generator=g, dtype=dt); b = torch.randn(*sb, generator=g, dtype=dt)\n"
+        "        f = (lambda x, w: x @ w.T) if t else (lambda x, w: x @ w)\n"
+        "        y = hb.call_jax(f, a, b)\n"
+        "        want = f(a.double(), b.double())\n"
+        "        k = sa[-1]\n"
+        "        eps = 2.0 ** (-24 if dt == torch.float32 else -53)\n"
+        "        err = ((y.double() - want).abs().max() / want.abs().max()).item()\n"
+        "        assert err <= 4 * eps * k ** 0.5, (sa, sb, t, dt, err)\n"
+        "print(_native.stats()['host_gemm_calls'])\n"
+    )
+    env = dict(os.environ, HLOBRIDGE_GEMM_KERNEL="mkl", HLOBRIDGE_HOST_GEMM="all",
+               HLOBRIDGE_ONEDNN_MATMUL="0", HLOBRIDGE_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.strip().splitlines()[-1]) >= 8
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
 def test_half_precision_products_match_torch(dtype) -> None:
     """bf16/f16 products are widened to f32 and rounded once (as XLA:CPU
