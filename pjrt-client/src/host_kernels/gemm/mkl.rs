@@ -158,50 +158,50 @@ impl Mkl {
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let (aa, rsa, csa) = if ta { (&at, 1, m) } else { (&a, k, 1) };
             let (bb, rsb, csb) = if tb { (&bt, 1, k) } else { (&b, n, 1) };
-            let mut c64 = vec![f64::NAN; m * n];
-            let a32: Vec<f32> = aa.iter().map(|&x| x as f32).collect();
-            let b32: Vec<f32> = bb.iter().map(|&x| x as f32).collect();
-            let mut c32 = vec![f32::NAN; m * n];
-            // SAFETY: the buffers hold the matrices their strides describe.
-            let ran = unsafe {
-                self.product(
-                    false,
-                    m,
-                    k,
-                    n,
-                    aa.as_ptr(),
-                    rsa as isize,
-                    csa as isize,
-                    bb.as_ptr(),
-                    rsb as isize,
-                    csb as isize,
-                    c64.as_mut_ptr(),
-                    n as isize,
-                    1,
-                ) && self.product(
-                    false,
-                    m,
-                    k,
-                    n,
-                    a32.as_ptr(),
-                    rsa as isize,
-                    csa as isize,
-                    b32.as_ptr(),
-                    rsb as isize,
-                    csb as isize,
-                    c32.as_mut_ptr(),
-                    n as isize,
-                    1,
-                )
-            };
-            let exact = c64 == want && c32.iter().zip(&want).all(|(&g, &w)| g as f64 == w);
+            let strides = [rsa as isize, csa as isize, rsb as isize, csb as isize];
+            let (ran64, c64) = self.exact_product::<f64>((m, k, n), aa, bb, strides);
+            let (ran32, c32) = self.exact_product::<f32>((m, k, n), aa, bb, strides);
+            let (ran, exact) = (ran64 && ran32, c64 == want && c32 == want);
             if !ran || !exact {
                 return Err(format!(
-                    "self-check failed (transposes {ta}, {tb}): got {c64:?}, want {want:?}"
+                    "self-check failed (transposes {ta}, {tb}): got {c64:?} (f64), {c32:?} (f32), want {want:?}"
                 ));
             }
         }
         Ok(())
+    }
+
+    /// One self-check product in `T`: whether it ran, and its result
+    /// widened to f64 (`NaN` where nothing was written).
+    fn exact_product<T: MklElement>(
+        &self,
+        (m, k, n): (usize, usize, usize),
+        a: &[f64],
+        b: &[f64],
+        [rsa, csa, rsb, csb]: [isize; 4],
+    ) -> (bool, Vec<f64>) {
+        let a: Vec<T> = a.iter().map(|&x| T::from_f64(x)).collect();
+        let b: Vec<T> = b.iter().map(|&x| T::from_f64(x)).collect();
+        let mut c = vec![T::from_f64(f64::NAN); m * n];
+        // SAFETY: the buffers hold the matrices their strides describe.
+        let ran = unsafe {
+            self.product(
+                false,
+                m,
+                k,
+                n,
+                a.as_ptr(),
+                rsa,
+                csa,
+                b.as_ptr(),
+                rsb,
+                csb,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            )
+        };
+        (ran, c.into_iter().map(T::to_f64).collect())
     }
 
     /// `C = A·B`, or `C += A·B` with `accumulate`, for strided matrices
@@ -298,6 +298,8 @@ pub trait MklElement: Copy {
     const ONE: Self;
     const ZERO: Self;
     fn gemm(mkl: &Mkl) -> Gemm<Self>;
+    fn from_f64(x: f64) -> Self;
+    fn to_f64(self) -> f64;
 }
 
 impl MklElement for f32 {
@@ -306,6 +308,12 @@ impl MklElement for f32 {
     fn gemm(mkl: &Mkl) -> Gemm<f32> {
         mkl.sgemm
     }
+    fn from_f64(x: f64) -> f32 {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
 }
 
 impl MklElement for f64 {
@@ -313,5 +321,11 @@ impl MklElement for f64 {
     const ZERO: f64 = 0.0;
     fn gemm(mkl: &Mkl) -> Gemm<f64> {
         mkl.dgemm
+    }
+    fn from_f64(x: f64) -> f64 {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
     }
 }
