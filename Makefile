@@ -55,8 +55,12 @@ test-tch:
 	LIBTORCH_USE_PYTORCH=1 PATH=$(CURDIR)/.venv/bin:$$PATH \
 		cargo build --release -q -p hlobridge-serve --features tch --example serve_client_tch
 
+# The Python suite runs in HLOBRIDGE_PYTEST_WORKERS pytest-xdist processes
+# (default: the cores in the affinity mask, at most 4; nproc follows taskset,
+# so test-1core runs one); worksteal keeps the long tests from forming a tail.
+HLOBRIDGE_PYTEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test-python:
-	.venv/bin/python -m pytest -q -W error tests/python
+	.venv/bin/python -m pytest -q -W error -n $(HLOBRIDGE_PYTEST_WORKERS) --dist worksteal tests/python
 
 # The same suite on one core (the cargo test harness and pytest's workers
 # follow the affinity mask), and with host-GEMM work donation off. See

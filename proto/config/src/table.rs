@@ -358,6 +358,10 @@ variables! {
             default "min(2, cores in the affinity mask)",
             read_by [Tests],
             "Worker processes of the Python test harness.";
+        PytestWorkers = "HLOBRIDGE_PYTEST_WORKERS",
+            default "min(4, cores in the affinity mask)",
+            read_by [Scripts],
+            "pytest-xdist worker processes that `make test-python` runs the Python suite in (`--dist worksteal`); `0` runs it in pytest's own process (docs/testing.md).";
         FakePretty = "HLOBRIDGE_FAKE_PRETTY",
             default "(unset)",
             read_by [Tests],
