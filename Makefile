@@ -39,8 +39,9 @@ test: setup test-rust test-tch
 	HLOBRIDGE_REQUIRE_TCH=1 $(MAKE) --no-print-directory test-python
 
 # The ci-test profile (Cargo.toml) is release without LTO or debug info:
-# the test binaries build in about 6 minutes from scratch on 2 cores, where
-# --release took over 13 (a thin-LTO pass per test binary).
+# all test binaries and their dependencies built from scratch in 6 minutes
+# on 2 cores, where --release took 13 to rebuild only those downstream of
+# bridge/core (a thin-LTO pass per test binary).
 test-rust:
 	cargo test --profile ci-test -q
 
