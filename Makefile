@@ -42,8 +42,10 @@ test: setup test-rust test-tch
 # all test binaries and their dependencies built from scratch in 6 minutes
 # on 2 cores, where --release took 13 to rebuild only those downstream of
 # bridge/core (a thin-LTO pass per test binary).
+# oneDNN's library from the venv (requirements.txt), so that the host
+# convolution's oneDNN tests run rather than skip.
 test-rust:
-	cargo test --profile ci-test -q
+	$(if $(wildcard .venv/lib/libdnnl.so.3),HLOBRIDGE_ONEDNN_LIBRARY=$(CURDIR)/.venv/lib/libdnnl.so.3) cargo test --profile ci-test -q
 
 # The deploy crate's `tch` feature, built against the libtorch inside the
 # pinned torch wheel (torch-sys compiles its C++ shim: minutes, first time),

@@ -66,3 +66,4 @@ def __dir__() -> list[str]:
 
 
 _config.check_environment()
+_config.default_onednn_library()

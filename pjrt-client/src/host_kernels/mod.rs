@@ -17,6 +17,7 @@ pub mod donation;
 pub mod fp_env;
 mod frame;
 pub mod gemm;
+pub mod onednn;
 pub mod xla_ffi;
 
 use crate::api::Api;

@@ -52,6 +52,25 @@ pub fn path(var: Var) -> Option<PathBuf> {
     get_os(var).map(PathBuf::from)
 }
 
+/// The file name of oneDNN's shared library (version 3).
+pub const ONEDNN_LIBRARY_FILE: &str = "libdnnl.so.3";
+
+/// oneDNN's shared library, if there is one to load: the
+/// `HLOBRIDGE_ONEDNN_LIBRARY` path (`None` for an off word), else
+/// `$VIRTUAL_ENV/lib/libdnnl.so.3`; only a path that exists. The lowering
+/// (which routes work to the library) and the host kernel (which loads it)
+/// both ask here, so they agree.
+pub fn onednn_library() -> Option<PathBuf> {
+    let p = match get(Var::OneDnnLibrary) {
+        Some(v) if is_off_word(&v) => return None,
+        Some(v) => PathBuf::from(v.trim()),
+        None => PathBuf::from(std::env::var_os("VIRTUAL_ENV")?)
+            .join("lib")
+            .join(ONEDNN_LIBRARY_FILE),
+    };
+    p.is_file().then_some(p)
+}
+
 /// Whether `s` is an off word: `0`, `false`, `off` or `no`.
 pub fn is_off_word(s: &str) -> bool {
     matches!(

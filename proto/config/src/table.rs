@@ -199,9 +199,13 @@ variables! {
             read_by [Rust, Tests, Scripts],
             "`0` (or `false`, `off`, `no`) keeps XLA's own softmax instead of the CPU plugin's oneDNN softmax (`__onednn$softmax`): f32 softmaxes of at least 2¹⁷ elements in the form torch_xla and JAX lower them to (max-subtract, exponential, sum, divide along one dim) become one call guarded for eager's NaN rows (docs/host_gemm.md, \"Softmax\"; 4–5× faster than XLA's six kernels at BERT's attention shapes); `all` sends every size (for tests). Programs with oneDNN calls are not written to the disk cache. Part of the compile-cache key.";
         ConvWgrad = "HLOBRIDGE_CONV_WGRAD",
-            default "xla",
+            default "auto",
             read_by [Rust, Tests, Scripts],
-            "Where ungrouped convolution weight gradients too large for the host kernel's default routing go: `xla` (or `0`, `false`, `off`, `no`) XLA's own convolution; `host` the host kernel's weight-gradient path (GEMMs over an im2col of the input, from 256 window taps; measured slower inside ResNet-50's training step, docs/host_conv.md); `all` also the 1×1 ones that are otherwise batched matrix products. Part of the compile-cache key.";
+            "Where ungrouped convolution weight gradients too large for the host kernel's default routing go: `auto` the host kernel when oneDNN's library is found (`HLOBRIDGE_ONEDNN_LIBRARY`), which runs them as oneDNN backward-weights convolutions (1.3–2.2× faster than XLA's convolution at ResNet-50's shapes, docs/host_conv.md), XLA's own convolution otherwise; `xla` (or `0`, `false`, `off`, `no`) XLA's own convolution; `host` the host kernel's weight-gradient path for those of at least 256 window taps, found library or not (without it: GEMMs over an im2col of the input, measured slower than XLA inside ResNet-50's training step); `all` also the 1×1 ones that are otherwise batched matrix products. Part of the compile-cache key.";
+        OneDnnLibrary = "HLOBRIDGE_ONEDNN_LIBRARY",
+            default "(the Python environment's `lib/libdnnl.so.3`)",
+            read_by [Rust, Python, Tests],
+            "Path of oneDNN's shared library (version 3, the `onednn-cpu-gomp` wheel that `requirements.txt` installs), which the host convolution kernel loads to run weight gradients (and depthwise ones) as oneDNN backward-weights convolutions; `0` (or `false`, `off`, `no`) does without it. Unset: the Python package sets it to `sys.prefix/lib/libdnnl.so.3` when that file exists; a Rust program without it looks in `$VIRTUAL_ENV/lib`. Without the library those convolutions keep XLA's convolution or the host kernel's own loops (docs/host_conv.md, \"oneDNN backward weights\"). Read once per process.";
         ConvDwWgrad = "HLOBRIDGE_CONV_DW_WGRAD",
             default "rows",
             read_by [Rust, Scripts],

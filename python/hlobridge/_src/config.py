@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Var", "VARIABLES", "check_environment", "get", "get_flag", "get_int", "known_names",
-           "unknown_variables"]
+__all__ = ["Var", "VARIABLES", "check_environment", "default_onednn_library", "get", "get_flag",
+           "get_int", "known_names", "unknown_variables"]
 
 PREFIX = "HLOBRIDGE_"
 
@@ -47,6 +48,7 @@ _READS: dict[str, tuple[str | None, str]] = {
     "HLOBRIDGE_TORCH_ENGINE": ("torch_xla_lazy", "hlobridge._src.dynamo.engine"),
     "HLOBRIDGE_COORDINATOR_PORT": (None, "hlobridge._src.spmd.runtime"),
     "HLOBRIDGE_LOCAL_DEVICES": ("1", "hlobridge._src.spmd.runtime"),
+    "HLOBRIDGE_ONEDNN_LIBRARY": (None, "hlobridge._src.config"),
 }
 
 
@@ -115,3 +117,17 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         hint = f"; did you mean {nearest}?" if nearest else ""
         warnings.warn(f"unknown hlobridge environment variable {name}{hint} "
                       f"(docs/configuration.md lists them)", UserWarning, stacklevel=3)
+
+
+def default_onednn_library(environ: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+    """Points ``HLOBRIDGE_ONEDNN_LIBRARY`` at this Python environment's oneDNN
+    (``sys.prefix/lib/libdnnl.so.3``, the ``onednn-cpu-gomp`` wheel's) when it
+    is unset and that file exists, so that the native code, which runs
+    weight gradients on it, finds it. Returns the variable's value after."""
+    env = os.environ if environ is None else environ
+    value = env.get("HLOBRIDGE_ONEDNN_LIBRARY", "").strip()
+    if not value:
+        path = os.path.join(sys.prefix, "lib", "libdnnl.so.3")
+        if os.path.isfile(path):
+            env["HLOBRIDGE_ONEDNN_LIBRARY"] = value = path
+    return value or None

@@ -487,13 +487,14 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     if groups == 1
         && batch_groups == 1
         && policy.xla_from_work.is_some_and(|w| work >= w)
-        && !(policy.wgrad != WeightGradRoute::Xla
-            && wgrad_host::takes(
-                &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
-                &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
-                &lhs_dil,
-                rev.iter().any(|&v| v != 0),
-            ))
+        && !wgrad_host::takes(
+            policy.wgrad,
+            lk == FloatKind::F32,
+            &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
+            &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
+            &lhs_dil,
+            rev.iter().any(|&v| v != 0),
+        )
     {
         return None;
     }

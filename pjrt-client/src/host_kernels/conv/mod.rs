@@ -42,6 +42,7 @@ use std::sync::Arc;
 
 mod config;
 mod depthwise;
+pub mod onednn_wgrad;
 mod wgrad;
 
 pub use depthwise::DwPlan;
@@ -443,9 +444,10 @@ fn run(fr: &Frame<'_>) -> Result<(), String> {
     }
 }
 
-/// Runs the convolution `cfg` on typed buffers: the depthwise kernel or the
-/// weight-gradient kernel (`wgrad.rs`) when one takes the convolution,
-/// im2col plus GEMM otherwise. Dims that do not
+/// Runs the convolution `cfg` on typed buffers: for f32 weight gradients,
+/// oneDNN's backward-weights convolution when the library is loaded
+/// (`onednn_wgrad.rs`); the depthwise kernel or the weight-gradient kernel
+/// (`wgrad.rs`) when one takes the convolution; im2col plus GEMM otherwise. Dims that do not
 /// match the convolution are an error.
 ///
 /// # Safety
@@ -457,6 +459,16 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
     w: &BufferView<'_>,
     y: &BufferView<'_>,
 ) -> Result<(), String> {
+    if T::IS_F32 {
+        // SAFETY: the caller's contract, and `T` is f32.
+        match unsafe { onednn_wgrad::run(cfg, x, w, y) } {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(why) => {
+                tracing::warn!(%why, "oneDNN weight gradient failed; the host kernel runs it")
+            }
+        }
+    }
     if let Some(dw) = DwPlan::new(cfg, x.dims, w.dims, y.dims) {
         // SAFETY: the plan was checked against these dims.
         return unsafe { depthwise::run::<T>(&dw, x, w, y) };
@@ -474,9 +486,15 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
 pub trait ConvElement:
     GemmElement + std::ops::Mul<Output = Self> + std::ops::Add<Output = Self>
 {
+    /// Whether this is f32 (the type oneDNN's route takes).
+    const IS_F32: bool;
 }
-impl ConvElement for f32 {}
-impl ConvElement for f64 {}
+impl ConvElement for f32 {
+    const IS_F32: bool = true;
+}
+impl ConvElement for f64 {
+    const IS_F32: bool = false;
+}
 
 /// Convolutions of at least this many multiply-adds post their row chunks
 /// for waiting threads (see `donation`); same threshold as the GEMM's.

@@ -1,48 +1,75 @@
-//! Which weight gradients go to the host kernel's weight-gradient path
-//! instead of XLA's convolution (`HLOBRIDGE_CONV_WGRAD`).
+//! Which weight gradients go to the host kernel instead of XLA's
+//! convolution (`HLOBRIDGE_CONV_WGRAD`).
 //!
 //! A weight gradient in StableHLO is a convolution whose window is the
 //! output gradient's map and whose result is the forward window (`[f, b,
 //! 0, 1]x[i, o, 0, 1]->[0, 1, b, f]`). Ungrouped ones of at least
 //! [`HostConvPolicy::xla_from_work`](super::HostConvPolicy::xla_from_work)
-//! multiply-adds stay with XLA (ResNet-50's 3×3 and strided 1×1 weight
-//! gradients). `HLOBRIDGE_CONV_WGRAD=host` sends them to the host kernel
-//! instead, which runs them as GEMMs over an im2col of the input chunked
-//! over the contraction (`pjrt-client/src/host_kernels/conv/wgrad.rs`,
-//! which takes exactly the forms [`takes`] admits). Measured slower than
-//! XLA's convolution inside ResNet-50's training step (process CPU time
-//! per step +10 %: the host GEMM, about 55 G multiply-adds/s per core
-//! here, is the limit), so XLA stays the default; docs/host_conv.md.
+//! multiply-adds (ResNet-50's 3×3 and strided 1×1 weight gradients) go to:
+//!
+//! - the host kernel when oneDNN's library is found (the default, `auto`):
+//!   there they run as oneDNN backward-weights convolutions
+//!   (`pjrt-client/src/host_kernels/conv/onednn_wgrad.rs`, which takes the
+//!   f32 ones [`takes`] admits for [`WeightGradRoute::OneDnn`]), at about
+//!   eager PyTorch's speed and 1.3–2.2× faster than XLA's convolution
+//!   (docs/host_conv.md, "oneDNN backward weights");
+//! - XLA's convolution otherwise. `HLOBRIDGE_CONV_WGRAD=host` sends those
+//!   of at least [`MIN_TAPS`] window taps to the host kernel anyway, whose
+//!   own path without oneDNN is GEMMs over an im2col of the input
+//!   (`conv/wgrad.rs`), measured slower than XLA inside ResNet-50's
+//!   training step.
+//!
+//! The kernel falls back to its own loops whenever oneDNN is missing or
+//! refuses a shape, so a program lowered either way computes the same
+//! convolution anywhere.
 
 /// Where weight gradients go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightGradRoute {
-    /// The default: XLA's convolution from `xla_from_work`, 1×1 ones over
-    /// large maps as batched products (rewrite version 6's routing).
+    /// XLA's convolution from `xla_from_work`, 1×1 ones over large maps as
+    /// batched products (rewrite version 6's routing; the default without
+    /// oneDNN's library).
     Xla,
-    /// The host kernel for those XLA would take (the batched products
-    /// stay).
+    /// The host kernel, for oneDNN's backward-weights convolution: every
+    /// f32 one XLA would take (the batched products stay). The default
+    /// when oneDNN's library is found.
+    OneDnn,
+    /// The host kernel for those XLA would take with at least [`MIN_TAPS`]
+    /// window taps (the batched products stay).
     Host,
     /// The host kernel for every one, the 1×1 products' too.
     HostAll,
 }
 
 impl WeightGradRoute {
-    /// `HLOBRIDGE_CONV_WGRAD`: `xla` (the default, or an off word), `host`,
-    /// `all`; anything else is logged and the default used.
+    /// `HLOBRIDGE_CONV_WGRAD`: `auto` (the default: [`OneDnn`] when
+    /// [`hlobridge_config::onednn_library`] finds the library, else
+    /// [`Xla`]), `xla` (or an off word), `host`, `all`; anything else is
+    /// logged and the default used.
+    ///
+    /// [`OneDnn`]: WeightGradRoute::OneDnn
+    /// [`Xla`]: WeightGradRoute::Xla
     pub fn from_env() -> Self {
         use hlobridge_config::{get, is_off_word, Var};
+        let auto = || {
+            if hlobridge_config::onednn_library().is_some() {
+                WeightGradRoute::OneDnn
+            } else {
+                WeightGradRoute::Xla
+            }
+        };
         match get(Var::ConvWgrad).map(|v| v.trim().to_ascii_lowercase()) {
-            None => WeightGradRoute::Xla,
+            None => auto(),
+            Some(v) if v == "auto" => auto(),
             Some(v) if v == "host" => WeightGradRoute::Host,
             Some(v) if v == "all" => WeightGradRoute::HostAll,
             Some(v) if v == "xla" || is_off_word(&v) => WeightGradRoute::Xla,
             Some(v) => {
                 tracing::warn!(
                     value = %v,
-                    "HLOBRIDGE_CONV_WGRAD must be `xla`, `host` or `all`; using `xla`"
+                    "HLOBRIDGE_CONV_WGRAD must be `auto`, `xla`, `host` or `all`; using `auto`"
                 );
-                WeightGradRoute::Xla
+                auto()
             }
         }
     }
@@ -51,20 +78,25 @@ impl WeightGradRoute {
     pub fn tag(self) -> &'static str {
         match self {
             WeightGradRoute::Xla => "",
+            WeightGradRoute::OneDnn => ":wgdnn",
             WeightGradRoute::Host => ":wg",
             WeightGradRoute::HostAll => ":wgall",
         }
     }
 }
 
-/// Fewest window taps (the kernel's `wgrad::MIN_TAPS`).
+/// Fewest window taps for the host kernel's own weight-gradient path (the
+/// kernel's `wgrad::MIN_TAPS`).
 const MIN_TAPS: i64 = 256;
 
-/// Whether the host kernel's weight-gradient path takes an ungrouped
-/// convolution with these attributes: no lhs dilation, no reversal, a
-/// window of at least [`MIN_TAPS`] taps and at least as many taps as result
-/// positions.
+/// Whether `route` sends an ungrouped weight gradient that XLA would take
+/// to the host kernel: never for [`WeightGradRoute::Xla`]; otherwise no
+/// lhs dilation, no reversal and at least as many window taps as result
+/// positions, with at least [`MIN_TAPS`] taps for the kernel's own path
+/// and f32 for oneDNN's.
 pub(super) fn takes(
+    route: WeightGradRoute,
+    f32: bool,
     window: &[i64],
     out_spatial: &[i64],
     lhs_dilation: &[i64],
@@ -72,7 +104,12 @@ pub(super) fn takes(
 ) -> bool {
     let taps: i64 = window.iter().product();
     let positions: i64 = out_spatial.iter().product();
-    !reversed && lhs_dilation.iter().all(|&d| d == 1) && taps >= MIN_TAPS && taps >= positions
+    let form = !reversed && lhs_dilation.iter().all(|&d| d == 1) && taps >= positions;
+    match route {
+        WeightGradRoute::Xla => false,
+        WeightGradRoute::OneDnn => form && f32,
+        WeightGradRoute::Host | WeightGradRoute::HostAll => form && taps >= MIN_TAPS,
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +149,12 @@ mod tests {
         assert_eq!(out.matches("@hlobridge_conv(").count(), 1, "{out}");
         assert!(out.contains("stablehlo.dot_general"), "{out}");
         assert!(!out.contains("stablehlo.convolution"), "{out}");
+        // oneDNN: the 3×3 on the host kernel (for oneDNN), the 1×1 still
+        // products.
+        let out = routed(WeightGradRoute::OneDnn);
+        assert_eq!(out.matches("@hlobridge_conv(").count(), 1, "{out}");
+        assert!(out.contains("stablehlo.dot_general"), "{out}");
+        assert!(!out.contains("stablehlo.convolution"), "{out}");
         // all: both on the host kernel.
         let out = routed(WeightGradRoute::HostAll);
         assert_eq!(out.matches("@hlobridge_conv(").count(), 2, "{out}");
@@ -121,13 +164,36 @@ mod tests {
     #[test]
     fn takes_only_the_kernels_forms() {
         use super::takes;
-        assert!(takes(&[56, 56], &[3, 3], &[1, 1], false));
-        assert!(!takes(&[56, 56], &[3, 3], &[2, 2], false), "lhs dilation");
-        assert!(!takes(&[56, 56], &[3, 3], &[1, 1], true), "reversed");
-        assert!(!takes(&[14, 14], &[3, 3], &[1, 1], false), "under 256 taps");
+        use WeightGradRoute::{Host, OneDnn, Xla};
+        let t = |route, f32, w: &[i64], o: &[i64], d: &[i64], rev| takes(route, f32, w, o, d, rev);
+        assert!(t(Host, true, &[56, 56], &[3, 3], &[1, 1], false));
         assert!(
-            !takes(&[3, 3], &[56, 56], &[1, 1], false),
+            !t(Host, true, &[56, 56], &[3, 3], &[2, 2], false),
+            "lhs dilation"
+        );
+        assert!(
+            !t(Host, true, &[56, 56], &[3, 3], &[1, 1], true),
+            "reversed"
+        );
+        assert!(
+            !t(Host, true, &[14, 14], &[3, 3], &[1, 1], false),
+            "under 256 taps"
+        );
+        assert!(
+            !t(Host, true, &[3, 3], &[56, 56], &[1, 1], false),
             "a forward convolution"
         );
+        // oneDNN: small maps too, f32 only, never a forward convolution.
+        assert!(t(OneDnn, true, &[7, 7], &[3, 3], &[1, 1], false));
+        assert!(!t(OneDnn, false, &[7, 7], &[3, 3], &[1, 1], false), "f64");
+        assert!(
+            !t(OneDnn, true, &[3, 3], &[7, 7], &[1, 1], false),
+            "a forward convolution"
+        );
+        assert!(
+            !t(OneDnn, true, &[56, 56], &[3, 3], &[2, 2], false),
+            "lhs dilation"
+        );
+        assert!(!t(Xla, true, &[56, 56], &[3, 3], &[1, 1], false));
     }
 }

@@ -6,6 +6,7 @@ use super::*;
 mod backward;
 mod depthwise_kernel;
 mod general;
+mod onednn;
 mod timing;
 
 fn cfg2(groups: i64, batch_groups: i64, stride: [i64; 2], pad: [i64; 4]) -> ConvConfig {
@@ -171,8 +172,8 @@ fn dw_cfg(
     }
 }
 
-/// XLA's convolution semantics for any dimension order (feature groups
-/// only), in f64 from f32 operands: the result and, per element, the sum
+/// XLA's convolution semantics for any dimension order (feature groups,
+/// or batch groups), in f64 from f32 operands: the result and, per element, the sum
 /// of the products' magnitudes (the scale of float32 rounding).
 fn naive_any(
     c: &ConvConfig,
@@ -190,6 +191,8 @@ fn naive_any(
     let at = |d: &[i64], i: usize| d[i] as usize;
     let (ki, ko) = (at(wd, c.rhs[0]), at(wd, c.rhs[1]));
     let cout = ko / c.groups as usize;
+    // Batch groups: result feature `o` reads the lhs batch block of its group.
+    let bout = ko / c.batch_groups as usize;
     let ks = [at(wd, c.rhs[2]), at(wd, c.rhs[3])];
     let ins = [at(xd, c.lhs[2]), at(xd, c.lhs[3])];
     let os = [at(yd, c.out[2]), at(yd, c.out[3])];
@@ -217,7 +220,8 @@ fn naive_any(
                                 if !ok {
                                     continue;
                                 }
-                                let xo = b * ls[c.lhs[0]]
+                                let lb = (o / bout) * at(yd, c.out[0]) + b;
+                                let xo = lb * ls[c.lhs[0]]
                                     + ((o / cout) * ki + ci) * ls[c.lhs[1]]
                                     + idx[0] * ls[c.lhs[2]]
                                     + idx[1] * ls[c.lhs[3]];
