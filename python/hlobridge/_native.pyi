@@ -169,10 +169,13 @@ def stats() -> dict[str, int]:
     the plugin's oneDNN matrix product), dot_operand_rewrites (products left
     to XLA whose operands were given unmerged, with their transposes and
     scalar scalings folded: ``HLOBRIDGE_DOT_OPERANDS``), reduce_stages
-    (large float reductions run in two stages: ``HLOBRIDGE_REDUCE_STAGES``)."""
+    (large float reductions run in two stages: ``HLOBRIDGE_REDUCE_STAGES``),
+    onednn_weight_gradients (convolution weight gradients the host kernel has
+    run on oneDNN since the process started: ``HLOBRIDGE_ONEDNN_LIBRARY``;
+    not reset by :func:`reset_stats`)."""
 
 def reset_stats() -> None:
-    """Reset every counter to zero."""
+    """Reset every counter to zero (``onednn_weight_gradients`` excepted)."""
 
 def record_cache_hit() -> tuple[int, int]:
     """Count a cache hit served outside the native compile cache; returns the

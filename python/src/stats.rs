@@ -84,13 +84,19 @@ const ALL: &[(&str, &Counter)] = &[
     ("reduce_stages", &REDUCE_STAGES),
 ];
 
-/// The counters as a `dict[str, int]`.
+/// The counters as a `dict[str, int]`, and `onednn_weight_gradients`: the
+/// weight gradients the host convolution kernel has run on oneDNN since the
+/// process started (a run-time count the kernel keeps; not reset).
 #[pyfunction]
 pub fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     for (name, c) in ALL {
         d.set_item(name, c.get())?;
     }
+    d.set_item(
+        "onednn_weight_gradients",
+        pjrt_client::host_kernels::conv::onednn_wgrad::calls(),
+    )?;
     Ok(d)
 }
 

@@ -221,3 +221,40 @@ def test_host_conv_off_keeps_convolutions_with_xla() -> None:
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+class _WideBlock(torch.nn.Module):
+    """Convolutions whose weight gradients are large enough that XLA's
+    convolution would take them (at least 2²⁷ multiply-adds): with oneDNN's
+    library they run as oneDNN backward-weights convolutions instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.c2 = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
+        self.c3 = torch.nn.Conv2d(64, 128, 3, stride=2, padding=1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.c2(torch.relu(self.c1(x)))) + x
+        return self.c3(h).square().mean()
+
+
+def test_onednn_weight_gradients_match_eager() -> None:
+    lib = os.environ.get("HLOBRIDGE_ONEDNN_LIBRARY", "").strip().lower()
+    if lib in ("", "0", "false", "off", "no"):
+        pytest.skip("no oneDNN library in this environment (requirements.txt installs it)")
+    torch._dynamo.reset()
+    torch.manual_seed(SEED)
+    model, ref = _WideBlock(), _WideBlock()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(4, 64, 32, 32, generator=gen())
+    before = _native.stats()["onednn_weight_gradients"]
+    loss = torch.compile(model, backend="hlobridge", dynamic=False)(x)
+    loss.backward()
+    want = ref(x)
+    want.backward()
+    close(loss.detach(), want.detach(), 1, "loss")
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        # The weight gradient sums over batch × output positions.
+        close(p.grad, q.grad, 4 * 32 * 32, f"gradient of {name}")
+    assert _native.stats()["onednn_weight_gradients"] - before >= 2, _native.stats()

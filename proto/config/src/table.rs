@@ -205,7 +205,7 @@ variables! {
         OneDnnLibrary = "HLOBRIDGE_ONEDNN_LIBRARY",
             default "(the Python environment's `lib/libdnnl.so.3`)",
             read_by [Rust, Python, Tests],
-            "Path of oneDNN's shared library (version 3, the `onednn-cpu-gomp` wheel that `requirements.txt` installs), which the host convolution kernel loads to run weight gradients (and depthwise ones) as oneDNN backward-weights convolutions; `0` (or `false`, `off`, `no`) does without it. Unset: the Python package sets it to `sys.prefix/lib/libdnnl.so.3` when that file exists; a Rust program without it looks in `$VIRTUAL_ENV/lib`. Without the library those convolutions keep XLA's convolution or the host kernel's own loops (docs/host_conv.md, \"oneDNN backward weights\"). Read once per process.";
+            "Path of oneDNN's shared library (version 3, the `onednn-cpu-gomp` wheel that `requirements.txt` installs), which the host convolution kernel loads to run weight gradients (and depthwise ones) as oneDNN backward-weights convolutions; `0` (or `false`, `off`, `no`) does without it. Unset: the Python package sets it to `sys.prefix/lib/libdnnl.so.3` when that file exists; a Rust program without it looks in `$VIRTUAL_ENV/lib`. Without the library those convolutions keep XLA's convolution or the host kernel's own loops (docs/host_conv.md, \"oneDNN backward weights\"). The library is loaded once per process; an off word set later makes the kernel skip it from then on.";
         ConvDwWgrad = "HLOBRIDGE_CONV_DW_WGRAD",
             default "rows",
             read_by [Rust, Scripts],

@@ -278,7 +278,15 @@ fn plan(lib: &'static OneDnn, k: &Key) -> Result<Arc<Plan>, String> {
     if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(k) {
         return p.clone();
     }
-    let built = build(lib, k).map(Arc::new);
+    let built = build(lib, k).and_then(|p| {
+        // Grouped weight gradients only on a dedicated kernel: oneDNN's
+        // generic fallback (`gemm:jit`) ran MobileNetV3-L's 5×5 depthwise
+        // ones at 0.6 G multiply-adds/s, below the host kernel's own.
+        if k.diff_weights.0.len() > k.src.0.len() && p.implementation.contains("gemm") {
+            return Err(format!("grouped weight gradient on {}", p.implementation));
+        }
+        Ok(Arc::new(p))
+    });
     match &built {
         Ok(p) => {
             tracing::debug!(key = ?k, implementation = %p.implementation, "oneDNN weight gradient built")
@@ -320,6 +328,11 @@ pub(crate) unsafe fn run(
     w: &BufferView<'_>,
     y: &BufferView<'_>,
 ) -> Result<bool, String> {
+    // An off word at call time skips oneDNN (same-process A/B runs); the
+    // library itself is loaded once.
+    if hlobridge_config::is_off(hlobridge_config::Var::OneDnnLibrary) {
+        return Ok(false);
+    }
     let Some(lib) = OneDnn::get() else {
         return Ok(false);
     };

@@ -1,8 +1,8 @@
 //! The oneDNN backward-weights route (`onednn_wgrad.rs`) against float64,
 //! in every form it takes: torch_xla's `[f, b, 0, 1]x[i, o, 0, 1]->[0, 1,
 //! b, f]`, channels-last, strided and dilated forwards, negative padding,
-//! depthwise and grouped weight gradients (batch groups), misaligned
-//! buffers.
+//! depthwise weight gradients (batch groups), misaligned buffers; and the
+//! grouped forms it leaves to the host kernel.
 
 use super::*;
 
@@ -121,17 +121,28 @@ fn onednn_weight_gradients_match_float64() {
         ..wg(1, 2, (1, 1))
     };
     check_on_onednn(&c, &[3, 33, 33, 5], &[3, 17, 17, 7], &[7, 3, 3, 5], 1);
-    // Depthwise (8 groups of one channel, multiplier 2) and grouped (2
-    // groups of 3 channels) weight gradients: batch groups.
+    // A depthwise weight gradient (16 groups of one channel: batch groups)
+    // runs on oneDNN's depthwise kernel; a channel multiplier of 2 and a
+    // 2-group one would run on its generic `gemm` fallback, so the host
+    // kernel keeps them (checked all the same).
+    let grouped = |g: i64| ConvConfig {
+        batch_groups: g,
+        ..wg(1, 1, (1, 1))
+    };
+    check_on_onednn(
+        &grouped(16),
+        &[2, 16, 15, 15],
+        &[2, 16, 15, 15],
+        &[3, 3, 1, 16],
+        2,
+    );
     for (g, xd, yd, wd) in [
         (8, [2, 8, 15, 15], [2, 16, 15, 15], [3, 3, 1, 16]),
         (2, [2, 6, 15, 15], [2, 4, 15, 15], [3, 3, 3, 4]),
     ] {
-        let c = ConvConfig {
-            batch_groups: g,
-            ..wg(1, 1, (1, 1))
-        };
-        check_on_onednn(&c, &xd, &yd, &wd, 2);
+        let why = onednn_wgrad::implementation(&grouped(g), &xd, &yd, &wd).unwrap_err();
+        assert!(why.contains("gemm"), "{why}");
+        check_f32(&grouped(g), &xd, &yd, &wd, 1);
     }
     // Not taken: a forward convolution (window smaller than the result).
     let f = conv(
