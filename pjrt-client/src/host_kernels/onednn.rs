@@ -414,6 +414,25 @@ impl OneDnn {
     }
 }
 
+/// An owned oneDNN object: the library that made it and its handle,
+/// destroyed with the library's `$destroy` on drop.
+macro_rules! owned_handle {
+    ($(#[$doc:meta])* $vis:vis $name:ident, $destroy:ident) => {
+        $(#[$doc])*
+        $vis struct $name {
+            lib: &'static OneDnn,
+            h: Handle,
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: created by this library and not destroyed before.
+                unsafe { (self.lib.fns.$destroy)(self.h) };
+            }
+        }
+    };
+}
+
 /// Copies `v` into a `dnnl_dims_t`.
 fn dims_of(v: &[i64]) -> Result<Dims, String> {
     let mut d = [0i64; 12];
@@ -424,11 +443,10 @@ fn dims_of(v: &[i64]) -> Result<Dims, String> {
     Ok(d)
 }
 
-/// A memory descriptor (`dnnl_memory_desc_t`), destroyed on drop.
-pub struct Md {
-    lib: &'static OneDnn,
-    h: Handle,
-}
+owned_handle!(
+    /// A memory descriptor (`dnnl_memory_desc_t`), destroyed on drop.
+    pub Md, md_destroy
+);
 
 // SAFETY: a memory descriptor is immutable after creation.
 unsafe impl Send for Md {}
@@ -449,31 +467,15 @@ impl Md {
     }
 }
 
-impl Drop for Md {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before.
-        unsafe { (self.lib.fns.md_destroy)(self.h) };
-    }
-}
+owned_handle!(
+    /// Primitive attributes, destroyed on drop.
+    Attr, attr_destroy
+);
 
-/// Primitive attributes, destroyed on drop.
-struct Attr {
-    lib: &'static OneDnn,
-    h: Handle,
-}
-
-impl Drop for Attr {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before.
-        unsafe { (self.lib.fns.attr_destroy)(self.h) };
-    }
-}
-
-/// A primitive descriptor, destroyed on drop.
-pub struct Pd {
-    lib: &'static OneDnn,
-    h: Handle,
-}
+owned_handle!(
+    /// A primitive descriptor, destroyed on drop.
+    pub Pd, pd_destroy
+);
 
 // SAFETY: a primitive descriptor is only queried after creation.
 unsafe impl Send for Pd {}
@@ -532,19 +534,11 @@ impl Pd {
     }
 }
 
-impl Drop for Pd {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before.
-        unsafe { (self.lib.fns.pd_destroy)(self.h) };
-    }
-}
-
-/// A primitive, destroyed on drop. Created with a user scratchpad, so
-/// several threads may execute it at once, each with its own scratchpad.
-pub struct Primitive {
-    lib: &'static OneDnn,
-    h: Handle,
-}
+owned_handle!(
+    /// A primitive, destroyed on drop. Created with a user scratchpad, so
+    /// several threads may execute it at once, each with its own scratchpad.
+    pub Primitive, primitive_destroy
+);
 
 // SAFETY: oneDNN primitives may be executed from several threads at once
 // when each execution has its own scratchpad (user scratchpad mode, set by
@@ -603,39 +597,16 @@ impl Primitive {
     }
 }
 
-impl Drop for Primitive {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before.
-        unsafe { (self.lib.fns.primitive_destroy)(self.h) };
-    }
-}
+owned_handle!(
+    /// A memory object over a caller's buffer (which stays the caller's),
+    /// destroyed on drop.
+    Memory, memory_destroy
+);
 
-/// A memory object over a caller's buffer, destroyed on drop.
-struct Memory {
-    lib: &'static OneDnn,
-    h: Handle,
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before (the
-        // buffer itself is the caller's).
-        unsafe { (self.lib.fns.memory_destroy)(self.h) };
-    }
-}
-
-/// A stream, destroyed on drop.
-struct Stream {
-    lib: &'static OneDnn,
-    h: Handle,
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // SAFETY: created by this library and not destroyed before.
-        unsafe { (self.lib.fns.stream_destroy)(self.h) };
-    }
-}
+owned_handle!(
+    /// A stream, destroyed on drop.
+    Stream, stream_destroy
+);
 
 /// A 64-byte aligned, uninitialised scratch buffer (oneDNN's layouts and
 /// scratchpads), freed on drop.

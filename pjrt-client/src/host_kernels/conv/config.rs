@@ -54,3 +54,16 @@ pub(super) fn unravel(mut x: usize, sizes: &[i64], idx: &mut [i64]) {
         x /= s;
     }
 }
+
+/// Whether a convolution has the plain form both weight-gradient paths take:
+/// no lhs dilation, no window reversal, ranks that match the config, and
+/// no empty dimension.
+pub(super) fn plain_nonempty(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> bool {
+    let rank = cfg.spatial() + 2;
+    cfg.lhs_dilation.iter().all(|&d| d == 1)
+        && cfg.reverse.iter().all(|&r| !r)
+        && lhs.len() == rank
+        && rhs.len() == rank
+        && out.len() == rank
+        && lhs.iter().chain(rhs).chain(out).all(|&d| d > 0)
+}

@@ -34,7 +34,7 @@
 //! convolution (docs/host_conv.md, "oneDNN backward weights").
 
 use super::super::onednn::{self, Md, OneDnn, Pd, Primitive, Scratch};
-use super::config::{row_major_strides, spatial_sizes};
+use super::config::{plain_nonempty, row_major_strides, spatial_sizes};
 use super::ConvConfig;
 use crate::host_kernels::frame::BufferView;
 use std::collections::HashMap;
@@ -123,16 +123,10 @@ pub fn calls() -> usize {
 /// not in weight-gradient form or oneDNN cannot express it.
 fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped> {
     let nsp = cfg.spatial();
-    let rank = nsp + 2;
     if !(1..=3).contains(&nsp)
         || cfg.groups != 1
         || cfg.batch_groups < 1
-        || cfg.lhs_dilation.iter().any(|&d| d != 1)
-        || cfg.reverse.iter().any(|&r| r)
-        || lhs.len() != rank
-        || rhs.len() != rank
-        || out.len() != rank
-        || lhs.iter().chain(rhs).chain(out).any(|&d| d <= 0)
+        || !plain_nonempty(cfg, lhs, rhs, out)
     {
         return None;
     }

@@ -32,7 +32,7 @@
 //! `HLOBRIDGE_CONV_WGRAD=host` (docs/host_conv.md); smaller ones reach the
 //! kernel through the host-kernel routing.
 
-use super::config::{row_major_strides, spatial_sizes, unravel};
+use super::config::{plain_nonempty, row_major_strides, spatial_sizes, unravel};
 use super::{alloc_vec, ConvConfig, ConvElement};
 use crate::host_kernels::frame::BufferView;
 use std::sync::Arc;
@@ -97,16 +97,7 @@ impl WgradPlan {
     /// then reports them).
     pub fn new(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<WgradPlan> {
         let nsp = cfg.spatial();
-        let rank = nsp + 2;
-        if cfg.groups != 1
-            || cfg.batch_groups != 1
-            || cfg.lhs_dilation.iter().any(|&d| d != 1)
-            || cfg.reverse.iter().any(|&r| r)
-            || lhs.len() != rank
-            || rhs.len() != rank
-            || out.len() != rank
-            || lhs.iter().chain(rhs).chain(out).any(|&d| d <= 0)
-        {
+        if cfg.groups != 1 || cfg.batch_groups != 1 || !plain_nonempty(cfg, lhs, rhs, out) {
             return None;
         }
         let (b, n) = (lhs[cfg.lhs[0]], lhs[cfg.lhs[1]]);
