@@ -318,23 +318,17 @@ impl OneDnn {
 
     /// A forward-training convolution's primitive descriptor (the hint a
     /// backward one needs).
-    #[allow(clippy::too_many_arguments)]
     pub fn conv_forward_pd(
         &'static self,
         src: &Md,
         weights: &Md,
         dst: &Md,
-        strides: &[i64],
-        dilates: &[i64],
-        pad_l: &[i64],
-        pad_r: &[i64],
+        g: &ConvGeometry,
     ) -> Result<Pd, String> {
         let attr = self.user_scratchpad_attr()?;
-        let [s, d, l, r] = [strides, dilates, pad_l, pad_r].map(dims_of);
-        let (s, d, l, r) = (s?, d?, l?, r?);
         let mut h = null_mut();
-        // SAFETY: live descriptors and attributes; the arrays hold the
-        // spatial entries the descriptors' ranks imply.
+        // SAFETY: live descriptors and attributes; the geometry's arrays
+        // are full `dnnl_dims_t`s.
         check(
             unsafe {
                 (self.fns.conv_fwd_pd_create)(
@@ -346,10 +340,10 @@ impl OneDnn {
                     weights.h,
                     null_mut(),
                     dst.h,
-                    s.as_ptr(),
-                    d.as_ptr(),
-                    l.as_ptr(),
-                    r.as_ptr(),
+                    g.strides.as_ptr(),
+                    g.dilates.as_ptr(),
+                    g.pad_l.as_ptr(),
+                    g.pad_r.as_ptr(),
                     attr.h,
                 )
             },
@@ -359,21 +353,15 @@ impl OneDnn {
     }
 
     /// A backward-weights convolution's primitive descriptor (no bias).
-    #[allow(clippy::too_many_arguments)]
     pub fn conv_backward_weights_pd(
         &'static self,
         src: &Md,
         diff_weights: &Md,
         diff_dst: &Md,
-        strides: &[i64],
-        dilates: &[i64],
-        pad_l: &[i64],
-        pad_r: &[i64],
+        g: &ConvGeometry,
         hint: &Pd,
     ) -> Result<Pd, String> {
         let attr = self.user_scratchpad_attr()?;
-        let [s, d, l, r] = [strides, dilates, pad_l, pad_r].map(dims_of);
-        let (s, d, l, r) = (s?, d?, l?, r?);
         let mut h = null_mut();
         // SAFETY: as in `conv_forward_pd`; `hint` is a live forward pd.
         check(
@@ -386,10 +374,10 @@ impl OneDnn {
                     diff_weights.h,
                     null_mut(),
                     diff_dst.h,
-                    s.as_ptr(),
-                    d.as_ptr(),
-                    l.as_ptr(),
-                    r.as_ptr(),
+                    g.strides.as_ptr(),
+                    g.dilates.as_ptr(),
+                    g.pad_l.as_ptr(),
+                    g.pad_r.as_ptr(),
                     hint.h,
                     attr.h,
                 )
@@ -431,6 +419,31 @@ macro_rules! owned_handle {
             }
         }
     };
+}
+
+/// A convolution's spatial parameters in oneDNN's terms (dilation 0 = none).
+pub struct ConvGeometry {
+    strides: Dims,
+    dilates: Dims,
+    pad_l: Dims,
+    pad_r: Dims,
+}
+
+impl ConvGeometry {
+    /// One entry per spatial dim in each.
+    pub fn new(
+        strides: &[i64],
+        dilates: &[i64],
+        pad_l: &[i64],
+        pad_r: &[i64],
+    ) -> Result<Self, String> {
+        Ok(ConvGeometry {
+            strides: dims_of(strides)?,
+            dilates: dims_of(dilates)?,
+            pad_l: dims_of(pad_l)?,
+            pad_r: dims_of(pad_r)?,
+        })
+    }
 }
 
 /// Copies `v` into a `dnnl_dims_t`.

@@ -33,7 +33,7 @@
 //! about half of eager PyTorch's speed, which is oneDNN's backward-weights
 //! convolution (docs/host_conv.md, "oneDNN backward weights").
 
-use super::super::onednn::{self, Md, OneDnn, Pd, Primitive, Scratch};
+use super::super::onednn::{self, ConvGeometry, Md, OneDnn, Pd, Primitive, Scratch};
 use super::config::{plain_nonempty, row_major_strides, spatial_sizes};
 use super::ConvConfig;
 use crate::host_kernels::frame::BufferView;
@@ -233,31 +233,19 @@ fn build(lib: &'static OneDnn, k: &Key) -> Result<Plan, String> {
     let src_any = lib.md_any(&k.src.0)?;
     let dst_any = lib.md_any(&k.diff_dst.0)?;
     let w_any = lib.md_any(&k.diff_weights.0)?;
-    let args = (&k.strides[..], &k.dilates[..], &k.pad_l[..], &k.pad_r[..]);
-    let hint = lib.conv_forward_pd(&src_any, &w_any, &dst_any, args.0, args.1, args.2, args.3)?;
-    let pd: Pd = lib.conv_backward_weights_pd(
-        &src_any, &w_any, &dst_any, args.0, args.1, args.2, args.3, &hint,
-    )?;
+    let geometry = ConvGeometry::new(&k.strides, &k.dilates, &k.pad_l, &k.pad_r)?;
+    let hint = lib.conv_forward_pd(&src_any, &w_any, &dst_any, &geometry)?;
+    let pd: Pd = lib.conv_backward_weights_pd(&src_any, &w_any, &dst_any, &geometry, &hint)?;
+    // An operand's user layout (its dims and strides) against the one the
+    // primitive chose (`query`); inputs reorder into it, the result out.
+    let operand = |(dims, strides): &(Vec<i64>, Vec<i64>), query, input| {
+        side(lib, lib.md_strided(dims, strides)?, pd.md(query)?, input)
+    };
     Ok(Plan {
         prim: pd.primitive()?,
-        src: side(
-            lib,
-            lib.md_strided(&k.src.0, &k.src.1)?,
-            pd.md(onednn::QUERY_SRC_MD)?,
-            true,
-        )?,
-        diff_dst: side(
-            lib,
-            lib.md_strided(&k.diff_dst.0, &k.diff_dst.1)?,
-            pd.md(onednn::QUERY_DIFF_DST_MD)?,
-            true,
-        )?,
-        diff_weights: side(
-            lib,
-            lib.md_strided(&k.diff_weights.0, &k.diff_weights.1)?,
-            pd.md(onednn::QUERY_DIFF_WEIGHTS_MD)?,
-            false,
-        )?,
+        src: operand(&k.src, onednn::QUERY_SRC_MD, true)?,
+        diff_dst: operand(&k.diff_dst, onednn::QUERY_DIFF_DST_MD, true)?,
+        diff_weights: operand(&k.diff_weights, onednn::QUERY_DIFF_WEIGHTS_MD, false)?,
         scratchpad: pd.md(onednn::QUERY_SCRATCHPAD_MD)?,
         implementation: pd.implementation(),
     })
