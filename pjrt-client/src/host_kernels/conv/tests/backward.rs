@@ -125,15 +125,7 @@ fn weight_gradients_match_float64() {
     // Not taken: a forward convolution (window smaller than the result),
     // a window under MIN_TAPS (the general kernel runs it), dims that do
     // not match (the general kernel reports them).
-    let f = conv(
-        [0, 1, 2, 3],
-        [1, 0, 2, 3],
-        [0, 1, 2, 3],
-        1,
-        (1, 1),
-        (1, 1),
-        false,
-    );
+    let f = forward_nchw();
     assert!(WgradPlan::new(&f, &[2, 3, 8, 8], &[4, 3, 3, 3], &[2, 4, 8, 8]).is_none());
     let c = wg(1, (1, 1));
     assert!(WgradPlan::new(&c, &[3, 5, 9, 9], &[3, 7, 9, 9], &[3, 3, 5, 7]).is_none());

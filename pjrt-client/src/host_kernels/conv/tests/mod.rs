@@ -295,6 +295,20 @@ fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
     );
 }
 
+/// A plain NCHW/OIHW forward convolution, stride 1, padding 1: a form the
+/// weight-gradient paths must not take.
+fn forward_nchw() -> ConvConfig {
+    conv(
+        [0, 1, 2, 3],
+        [1, 0, 2, 3],
+        [0, 1, 2, 3],
+        1,
+        (1, 1),
+        (1, 1),
+        false,
+    )
+}
+
 fn conv(
     lhs: [usize; 4],
     rhs: [usize; 4],
