@@ -101,3 +101,22 @@ def test_known_variables_do_not_warn():
     assert _import_warnings(_clean_env(**known)) == []
     assert _import_warnings(_clean_env()) == []
     assert set(config.VARIABLES) <= {row[0] for row in table}  # the Rust table lists the Python rows
+
+
+def test_default_onednn_library_points_at_the_environments_library(tmp_path, monkeypatch):
+    # The environment's lib/libdnnl.so.3 when the variable is unset and the file exists.
+    (tmp_path / "lib").mkdir()
+    lib = tmp_path / "lib" / "libdnnl.so.3"
+    lib.write_bytes(b"")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    env: dict[str, str] = {}
+    assert config.default_onednn_library(env) == str(lib)
+    assert env["HLOBRIDGE_ONEDNN_LIBRARY"] == str(lib)
+    # A value the user set (an off word included) is kept.
+    env = {"HLOBRIDGE_ONEDNN_LIBRARY": "0"}
+    assert config.default_onednn_library(env) == "0"
+    assert env == {"HLOBRIDGE_ONEDNN_LIBRARY": "0"}
+    # No file: nothing set.
+    lib.unlink()
+    env = {}
+    assert config.default_onednn_library(env) is None and env == {}

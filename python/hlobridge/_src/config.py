@@ -19,7 +19,7 @@ import difflib
 import os
 import sys
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 __all__ = ["Var", "VARIABLES", "check_environment", "default_onednn_library", "get", "get_flag",
@@ -119,7 +119,7 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
                       f"(docs/configuration.md lists them)", UserWarning, stacklevel=3)
 
 
-def default_onednn_library(environ: dict[str, str] | os._Environ[str] | None = None) -> str | None:
+def default_onednn_library(environ: MutableMapping[str, str] | None = None) -> str | None:
     """Points ``HLOBRIDGE_ONEDNN_LIBRARY`` at this Python environment's oneDNN
     (``sys.prefix/lib/libdnnl.so.3``, the ``onednn-cpu-gomp`` wheel's) when it
     is unset and that file exists, so that the native code, which runs

@@ -447,8 +447,8 @@ fn run(fr: &Frame<'_>) -> Result<(), String> {
 /// Runs the convolution `cfg` on typed buffers: for f32 weight gradients,
 /// oneDNN's backward-weights convolution when the library is loaded
 /// (`onednn_wgrad.rs`); the depthwise kernel or the weight-gradient kernel
-/// (`wgrad.rs`) when one takes the convolution; im2col plus GEMM otherwise. Dims that do not
-/// match the convolution are an error.
+/// (`wgrad.rs`) when one takes the convolution; im2col plus GEMM otherwise.
+/// Dims that do not match the convolution are an error.
 ///
 /// # Safety
 /// `x`, `w`, `y` must be row-major buffers of their dims (checked against
