@@ -1,9 +1,11 @@
-"""Weight gradients on the host kernel's weight-gradient path
+"""Weight gradients on the host kernel's own weight-gradient path
 (``pjrt-client/src/host_kernels/conv/wgrad.rs``: GEMMs over a chunked im2col
-of the input) with ``HLOBRIDGE_CONV_WGRAD=host`` / ``all`` (the default,
-``xla``, keeps XLA's convolution for the large ones; docs/host_conv.md), and
-the depthwise weight gradient in both loop orders
-(``HLOBRIDGE_CONV_DW_WGRAD``).
+of the input) with ``HLOBRIDGE_CONV_WGRAD=host`` / ``all`` (``xla`` keeps
+XLA's convolution for the large ones; docs/host_conv.md), and the depthwise
+weight gradient in both loop orders (``HLOBRIDGE_CONV_DW_WGRAD``). Every run
+here has ``HLOBRIDGE_ONEDNN_LIBRARY=0``, so these are the kernel's own loops,
+which run wherever oneDNN's library is missing or refuses a shape; the
+oneDNN route is ``test_host_conv.py``'s and the Rust ``conv/tests/onednn.rs``.
 
 Each case runs ``torch.nn.functional.conv2d`` and both of its gradients
 through ``torch.compile(backend="hlobridge")`` (torch_xla's lowering: the
@@ -46,7 +48,7 @@ def _run(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: int, pad: i
     compiled."""
     torch._dynamo.reset()
     with monkeypatch.context() as m:
-        for k, v in env.items():
+        for k, v in {"HLOBRIDGE_ONEDNN_LIBRARY": "0", **env}.items():
             m.setenv(k, v)
 
         def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

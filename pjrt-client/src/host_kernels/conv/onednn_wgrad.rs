@@ -110,6 +110,24 @@ struct Mapped {
     src_offset: usize,
 }
 
+thread_local! {
+    /// Set by [`without_onednn`]: this thread's calls skip oneDNN.
+    static SKIP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's convolutions on the host kernel's own loops
+/// (tests of those loops, where the library is loaded).
+pub fn without_onednn<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SKIP.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SKIP.with(|s| s.replace(true)));
+    f()
+}
+
 /// Calls run on oneDNN since the process started (for tests: the routing
 /// must not silently fall back).
 static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -312,7 +330,7 @@ pub(crate) unsafe fn run(
 ) -> Result<bool, String> {
     // An off word at call time skips oneDNN (same-process A/B runs); the
     // library itself is loaded once.
-    if hlobridge_config::is_off(hlobridge_config::Var::OneDnnLibrary) {
+    if SKIP.with(|s| s.get()) || hlobridge_config::is_off(hlobridge_config::Var::OneDnnLibrary) {
         return Ok(false);
     }
     let Some(lib) = OneDnn::get() else {

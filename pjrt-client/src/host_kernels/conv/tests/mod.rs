@@ -246,10 +246,17 @@ fn naive_any(
     (y, mag)
 }
 
-/// The f32 kernel against [`naive_any`] on operands of physical dims `xd`,
-/// `wd`, `yd` whose data start at `skew` elements into their allocations
-/// (not 32-byte aligned), with NaN in the result beforehand.
+/// The f32 kernel's own loops (oneDNN skipped) against [`naive_any`] on
+/// operands of physical dims `xd`, `wd`, `yd` whose data start at `skew`
+/// elements into their allocations (not 32-byte aligned), with NaN in the
+/// result beforehand.
 fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
+    onednn_wgrad::without_onednn(|| check_f32_any_route(c, xd, wd, yd, skew))
+}
+
+/// [`check_f32`] through whatever route the dispatch takes (oneDNN's when
+/// the library is loaded and takes the form).
+fn check_f32_any_route(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
     let n = |d: &[i64]| d.iter().product::<i64>() as usize;
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut rand = || {

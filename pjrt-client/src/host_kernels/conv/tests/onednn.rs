@@ -25,7 +25,7 @@ fn check_on_onednn(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usi
     let imp = onednn_wgrad::implementation(c, xd, wd, yd)
         .unwrap_or_else(|e| panic!("{c:?} {xd:?} x {wd:?} -> {yd:?}: {e}"));
     let before = onednn_wgrad::calls();
-    check_f32(c, xd, wd, yd, skew);
+    check_f32_any_route(c, xd, wd, yd, skew);
     assert!(
         onednn_wgrad::calls() > before,
         "{xd:?} x {wd:?} -> {yd:?} ({imp}) did not run on oneDNN"
