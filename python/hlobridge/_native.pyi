@@ -172,10 +172,12 @@ def stats() -> dict[str, int]:
     (large float reductions run in two stages: ``HLOBRIDGE_REDUCE_STAGES``),
     onednn_weight_gradients (convolution weight gradients the host kernel has
     run on oneDNN since the process started: ``HLOBRIDGE_ONEDNN_LIBRARY``;
-    not reset by :func:`reset_stats`)."""
+    not reset by :func:`reset_stats`), onednn_data_convolutions (grouped
+    forward convolutions and strided ones' input gradients the host kernel
+    has run on oneDNN; not reset either)."""
 
 def reset_stats() -> None:
-    """Reset every counter to zero (``onednn_weight_gradients`` excepted)."""
+    """Reset every counter to zero (the two ``onednn_*`` run-time counts excepted)."""
 
 def record_cache_hit() -> tuple[int, int]:
     """Count a cache hit served outside the native compile cache; returns the

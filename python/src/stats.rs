@@ -84,9 +84,10 @@ const ALL: &[(&str, &Counter)] = &[
     ("reduce_stages", &REDUCE_STAGES),
 ];
 
-/// The counters as a `dict[str, int]`, and `onednn_weight_gradients`: the
-/// weight gradients the host convolution kernel has run on oneDNN since the
-/// process started (a run-time count the kernel keeps; not reset).
+/// The counters as a `dict[str, int]`, and two run-time counts the host
+/// convolution kernel keeps since the process started (not reset):
+/// `onednn_weight_gradients`, the weight gradients it ran on oneDNN, and
+/// `onednn_data_convolutions`, the grouped forwards and input gradients.
 #[pyfunction]
 pub fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
@@ -96,6 +97,10 @@ pub fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item(
         "onednn_weight_gradients",
         pjrt_client::host_kernels::conv::onednn_wgrad::calls(),
+    )?;
+    d.set_item(
+        "onednn_data_convolutions",
+        pjrt_client::host_kernels::conv::onednn_data::calls(),
     )?;
     Ok(d)
 }

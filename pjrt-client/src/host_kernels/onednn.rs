@@ -53,10 +53,16 @@ const SCRATCHPAD_MODE_USER: c_int = 1;
 pub const QUERY_IMPL_INFO_STR: c_int = 8;
 /// `dnnl_query_src_md`.
 pub const QUERY_SRC_MD: c_int = 129;
+/// `dnnl_query_diff_src_md`.
+pub const QUERY_DIFF_SRC_MD: c_int = 130;
+/// `dnnl_query_weights_md`.
+pub const QUERY_WEIGHTS_MD: c_int = 131;
 /// `dnnl_query_diff_weights_md`.
 pub const QUERY_DIFF_WEIGHTS_MD: c_int = 132;
 /// `dnnl_query_diff_dst_md`.
 pub const QUERY_DIFF_DST_MD: c_int = 134;
+/// `dnnl_query_dst_md`.
+pub const QUERY_DST_MD: c_int = 133;
 /// `dnnl_query_scratchpad_md`.
 pub const QUERY_SCRATCHPAD_MD: c_int = 136;
 /// `DNNL_ARG_SRC`.
@@ -65,6 +71,10 @@ pub const ARG_SRC: c_int = 1;
 pub const ARG_DST: c_int = 17;
 /// `DNNL_ARG_SCRATCHPAD`.
 pub const ARG_SCRATCHPAD: c_int = 80;
+/// `DNNL_ARG_WEIGHTS`.
+pub const ARG_WEIGHTS: c_int = 33;
+/// `DNNL_ARG_DIFF_SRC`.
+pub const ARG_DIFF_SRC: c_int = 129;
 /// `DNNL_ARG_DIFF_DST`.
 pub const ARG_DIFF_DST: c_int = 145;
 /// `DNNL_ARG_DIFF_WEIGHTS`.
@@ -127,6 +137,20 @@ struct Fns {
         Handle,
         c_int,
         Handle,
+        Handle,
+        Handle,
+        Handle,
+        *const i64,
+        *const i64,
+        *const i64,
+        *const i64,
+        Handle,
+        Handle,
+    ) -> Status,
+    conv_bwd_data_pd_create: unsafe extern "C" fn(
+        *mut Handle,
+        Handle,
+        c_int,
         Handle,
         Handle,
         Handle,
@@ -235,6 +259,7 @@ impl OneDnn {
             conv_bwd_weights_pd_create: sym!(
                 "dnnl_convolution_backward_weights_primitive_desc_create"
             ),
+            conv_bwd_data_pd_create: sym!("dnnl_convolution_backward_data_primitive_desc_create"),
             reorder_pd_create: sym!("dnnl_reorder_primitive_desc_create"),
             pd_query_md: sym!("dnnl_primitive_desc_query_md"),
             pd_query: sym!("dnnl_primitive_desc_query"),
@@ -383,6 +408,40 @@ impl OneDnn {
                 )
             },
             "dnnl_convolution_backward_weights_primitive_desc_create",
+        )?;
+        Ok(Pd { lib: self, h })
+    }
+
+    /// A backward-data convolution's primitive descriptor.
+    pub fn conv_backward_data_pd(
+        &'static self,
+        diff_src: &Md,
+        weights: &Md,
+        diff_dst: &Md,
+        g: &ConvGeometry,
+        hint: &Pd,
+    ) -> Result<Pd, String> {
+        let attr = self.user_scratchpad_attr()?;
+        let mut h = null_mut();
+        // SAFETY: as in `conv_forward_pd`; `hint` is a live forward pd.
+        check(
+            unsafe {
+                (self.fns.conv_bwd_data_pd_create)(
+                    &mut h,
+                    self.engine,
+                    CONVOLUTION_DIRECT,
+                    diff_src.h,
+                    weights.h,
+                    diff_dst.h,
+                    g.strides.as_ptr(),
+                    g.dilates.as_ptr(),
+                    g.pad_l.as_ptr(),
+                    g.pad_r.as_ptr(),
+                    hint.h,
+                    attr.h,
+                )
+            },
+            "dnnl_convolution_backward_data_primitive_desc_create",
         )?;
         Ok(Pd { lib: self, h })
     }

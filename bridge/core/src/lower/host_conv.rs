@@ -162,14 +162,17 @@ enum Conv {
 /// Rewrites every convolution `policy` admits (see module docs).
 pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvReport {
     let mut report = HostConvReport::default();
-    // Channels-last calls only in programs without backward convolutions:
-    // in a training step the weight gradients (XLA's convolutions and
-    // products) then read transposed activations, measured slower
-    // (ResNet-50's step 2.6 -> 3.7 s CPU, docs/host_conv.md).
+    // Channels-last calls only in programs that are not (part of) a
+    // training step: in one with backward convolutions the weight
+    // gradients then read transposed activations, measured slower
+    // (ResNet-50's step 2.6 -> 3.7 s CPU, docs/host_conv.md), and a
+    // forward half returns its activations row-major.
+    let training = has_backward_convolutions(m) || saves_convolution_inputs(m);
     let policy = &HostConvPolicy {
-        onednn_channels_last: policy.onednn_channels_last && !has_backward_convolutions(m),
+        onednn_channels_last: policy.onednn_channels_last && !training,
         ..*policy
     };
+    let library_training = training && policy.wgrad == WeightGradRoute::OneDnn;
     let mut plan: Vec<(OpId, Conv)> = Vec::new();
     for i in 0..m.ops.len() {
         let op = OpId(i as u32);
@@ -177,7 +180,7 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
             continue;
         }
         report.convolutions += 1;
-        if let Some(c) = classify(m, op, policy) {
+        if let Some(c) = classify(m, op, policy, library_training) {
             plan.push((op, c));
         }
     }
@@ -254,6 +257,37 @@ fn has_backward_convolutions(m: &Module) -> bool {
             window_attr(m, op, "lhs_dilation", nsp, 1).is_some_and(|d| d.iter().any(|&x| x > 1));
         wider || lhs_dilated || int_attr(m, op, "batch_group_count", 1).is_some_and(|b| b > 1)
     })
+}
+
+/// Whether `m` is the forward half of a training step: at least two of
+/// its convolutions, and a quarter of them, read an input the program also
+/// returns (AOTAutograd's forward graph returns the activations its
+/// backward graph reads). Pinning such a program's oneDNN calls
+/// channels-last made XLA transpose every returned activation back, and
+/// its convolutions run on oneDNN's library like a training program's
+/// (`torch.compile` training of ResNet-50: 0.73× the forward and backward
+/// time, docs/host_conv.md).
+fn saves_convolution_inputs(m: &Module) -> bool {
+    let returned: std::collections::HashSet<ValueId> = (0..m.ops.len())
+        .map(|i| OpId(i as u32))
+        .filter(|&op| matches!(m.op_name(op), "func.return" | "return"))
+        .flat_map(|op| m.op(op).operands.iter().copied())
+        .collect();
+    let (mut convs, mut saved) = (0usize, 0usize);
+    for i in 0..m.ops.len() {
+        let op = OpId(i as u32);
+        if m.op_name(op) != "stablehlo.convolution" || m.op(op).parent.is_none() {
+            continue;
+        }
+        convs += 1;
+        saved += usize::from(
+            m.op(op)
+                .operands
+                .first()
+                .is_some_and(|v| returned.contains(v)),
+        );
+    }
+    saved >= 2 && saved * 4 >= convs
 }
 
 /// Static dims and float kind (f32 or f64) of a ranked tensor value.
@@ -360,7 +394,7 @@ fn window_attr(m: &Module, op: OpId, name: &str, n: usize, default: i64) -> Opti
 }
 
 /// The call for `op` if the kernel runs it exactly and the policy admits it.
-fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
+fn classify(m: &Module, op: OpId, policy: &HostConvPolicy, library_training: bool) -> Option<Conv> {
     let o = m.op(op);
     if o.operands.len() != 2 || o.results.len() != 1 || !o.regions.is_empty() {
         return None;
@@ -445,6 +479,17 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
     if work < policy.min_work {
         return None;
     }
+    // In a training program with oneDNN's library (`library_training`),
+    // every f32 convolution but a weight gradient runs on the library
+    // through the host kernel: forward ones and input gradients as
+    // oneDNN's forward and backward-data convolutions in its own blocked
+    // layouts, where the plugin's thunk reordered each activation to and
+    // from channels-last at about half the speed (docs/host_conv.md,
+    // "Training convolutions on the library").
+    let on_library = library_training
+        && lk == FloatKind::F32
+        && batch_groups == 1
+        && !(0..nsp).any(|i| rd[r[2 + i]] > od[y[2 + i]]);
     if policy.onednn {
         let plain = groups == 1
             && batch_groups == 1
@@ -480,19 +525,25 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy) -> Option<Conv> {
             reversed: rev.iter().any(|&v| v != 0),
             channels_last: policy.onednn_channels_last,
         };
-        if let Some(call) = form.route() {
-            return Some(Conv::OneDnn(call));
+        // A training program's forward-form convolutions go to the host
+        // kernel, which runs them on oneDNN's library (`on_library`).
+        if !on_library {
+            if let Some(call) = form.route() {
+                return Some(Conv::OneDnn(call));
+            }
         }
     }
     if groups == 1
         && batch_groups == 1
         && policy.xla_from_work.is_some_and(|w| work >= w)
+        && !on_library
         && !wgrad_host::takes(
             policy.wgrad,
             lk == FloatKind::F32,
             &(0..nsp).map(|i| rd[r[2 + i]]).collect::<Vec<_>>(),
             &(0..nsp).map(|i| od[y[2 + i]]).collect::<Vec<_>>(),
             &lhs_dil,
+            &stride,
             rev.iter().any(|&v| v != 0),
         )
     {

@@ -42,6 +42,8 @@ use std::sync::Arc;
 
 mod config;
 mod depthwise;
+pub mod onednn_conv;
+pub mod onednn_data;
 pub mod onednn_wgrad;
 mod wgrad;
 
@@ -444,9 +446,10 @@ fn run(fr: &Frame<'_>) -> Result<(), String> {
     }
 }
 
-/// Runs the convolution `cfg` on typed buffers: for f32 weight gradients,
-/// oneDNN's backward-weights convolution when the library is loaded
-/// (`onednn_wgrad.rs`); the depthwise kernel or the weight-gradient kernel
+/// Runs the convolution `cfg` on typed buffers: in f32, when the library
+/// is loaded, weight gradients on oneDNN's backward-weights convolution
+/// (`onednn_wgrad.rs`), and grouped forwards and lhs-dilated input
+/// gradients on its forward or backward-data one (`onednn_data.rs`); the depthwise kernel or the weight-gradient kernel
 /// (`wgrad.rs`) when one takes the convolution; im2col plus GEMM otherwise.
 /// Dims that do not match the convolution are an error.
 ///
@@ -466,6 +469,14 @@ pub(crate) unsafe fn conv_dispatch<T: ConvElement + 'static>(
             Ok(false) => {}
             Err(why) => {
                 tracing::warn!(%why, "oneDNN weight gradient failed; the host kernel runs it")
+            }
+        }
+        // SAFETY: as above.
+        match unsafe { onednn_data::run(cfg, x, w, y) } {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(why) => {
+                tracing::warn!(%why, "oneDNN convolution failed; the host kernel runs it")
             }
         }
     }

@@ -7,6 +7,7 @@ mod backward;
 mod depthwise_kernel;
 mod general;
 mod onednn;
+mod onednn_data_route;
 mod timing;
 
 fn cfg2(groups: i64, batch_groups: i64, stride: [i64; 2], pad: [i64; 4]) -> ConvConfig {
@@ -251,7 +252,7 @@ fn naive_any(
 /// elements into their allocations (not 32-byte aligned), with NaN in the
 /// result beforehand.
 fn check_f32(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
-    onednn_wgrad::without_onednn(|| check_f32_any_route(c, xd, wd, yd, skew))
+    onednn_conv::without_onednn(|| check_f32_any_route(c, xd, wd, yd, skew))
 }
 
 /// [`check_f32`] through whatever route the dispatch takes (oneDNN's when
