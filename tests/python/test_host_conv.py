@@ -226,7 +226,9 @@ def test_host_conv_off_keeps_convolutions_with_xla() -> None:
 class _WideBlock(torch.nn.Module):
     """Convolutions whose weight gradients are large enough that XLA's
     convolution would take them (at least 2²⁷ multiply-adds): with oneDNN's
-    library they run as oneDNN backward-weights convolutions instead."""
+    library they run as oneDNN backward-weights convolutions instead, and
+    the training program's forward convolutions and input gradients as its
+    forward and backward-data ones."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -249,6 +251,7 @@ def test_onednn_weight_gradients_match_eager() -> None:
     ref.load_state_dict(model.state_dict())
     x = torch.randn(4, 64, 32, 32, generator=gen())
     before = _native.stats()["onednn_weight_gradients"]
+    data_before = _native.stats()["onednn_data_convolutions"]
     loss = torch.compile(model, backend="hlobridge", dynamic=False)(x)
     loss.backward()
     want = ref(x)
@@ -258,3 +261,8 @@ def test_onednn_weight_gradients_match_eager() -> None:
         # The weight gradient sums over batch × output positions.
         close(p.grad, q.grad, 4 * 32 * 32, f"gradient of {name}")
     assert _native.stats()["onednn_weight_gradients"] - before >= 2, _native.stats()
+    # The forward graph returns the activations its backward reads, so it
+    # is lowered as a training program: its three convolutions run on the
+    # library too, and so do the input gradients (c3's strided one as a
+    # backward-data convolution).
+    assert _native.stats()["onednn_data_convolutions"] - data_before >= 5, _native.stats()

@@ -178,10 +178,26 @@ def _stablehlo_grads(xs, ws, stride, padding, dilation, groups) -> str:
     return jax.jit(f).lower(*args).as_text()
 
 
+def _library() -> bool:
+    """Whether oneDNN's library is found (the package points
+    ``HLOBRIDGE_ONEDNN_LIBRARY`` at it on import)."""
+    lib = os.environ.get("HLOBRIDGE_ONEDNN_LIBRARY", "").strip().lower()
+    return lib not in ("", "0", "false", "off", "no")
+
+
+@pytest.mark.parametrize("route", ["onednn-gradients", "auto"])
 @pytest.mark.parametrize("case", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
-def test_forward_and_gradients_against_float64(case) -> None:
+def test_forward_and_gradients_against_float64(case, route, monkeypatch) -> None:
+    """A training program's three convolutions. ``onednn-gradients`` keeps
+    its forward-form ones on the plugin's thunk (``calls``); ``auto`` with
+    oneDNN's library sends them to the host kernel, which runs them on the
+    library, and only a stem's weight gradient stays on the thunk."""
     name, xs, ws, stride, padding, dilation, groups, calls = case
+    monkeypatch.setenv("HLOBRIDGE_CONV_WGRAD", route)
     exe, _ = _native.compile(_stablehlo_grads(xs, ws, stride, padding, dilation, groups))
+    if route == "auto" and _library():
+        calls = int(name.startswith("stem"))
+        assert exe.host_kernels.get("hlobridge_conv", 0) + calls == 3, exe.host_kernels
     assert exe.host_kernels.get(ONEDNN, 0) == calls, exe.host_kernels
     g = _gen()
     x = torch.randn(xs, generator=g, dtype=torch.float64)

@@ -507,6 +507,20 @@ fn onednn_channels_last_pins_activation_layouts() {
         assert!(r.onednn > 0 && r.channels_last == 0, "{out}");
         assert!(!out.contains("operand_layouts"), "{out}");
     }
+    // Nor does the forward half of one: two convolutions whose inputs the
+    // program also returns (the activations its backward half reads).
+    let forward_half = r#"func.func public @main(%x: tensor<16x64x8x8xf32>, %w: tensor<64x64x3x3xf32>, %v: tensor<64x64x3x3xf32>) -> (tensor<16x64x8x8xf32>, tensor<16x64x8x8xf32>, tensor<16x64x8x8xf32>) {
+  %0 = stablehlo.convolution(%x, %w) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x64x8x8xf32>, tensor<64x64x3x3xf32>) -> tensor<16x64x8x8xf32>
+  %z = stablehlo.constant dense<0.000000e+00> : tensor<16x64x8x8xf32>
+  %1 = stablehlo.maximum %0, %z : tensor<16x64x8x8xf32>
+  %2 = stablehlo.convolution(%1, %v) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {stride = [1, 1], pad = [[1, 1], [1, 1]]} {batch_group_count = 1 : i64, feature_group_count = 1 : i64} : (tensor<16x64x8x8xf32>, tensor<64x64x3x3xf32>) -> tensor<16x64x8x8xf32>
+  return %2, %1, %x : tensor<16x64x8x8xf32>, tensor<16x64x8x8xf32>, tensor<16x64x8x8xf32>
+}"#;
+    let (out, r) = run(forward_half);
+    assert!(r.onednn == 2 && r.channels_last == 0, "{out}");
+    // Returning only one of them is still inference (a feature map).
+    let (out, r) = run(&forward_half.replace("return %2, %1, %x", "return %2, %1, %1"));
+    assert!(r.onednn == 2 && r.channels_last == 2, "{out}");
     // Channels-last for other dimension orders: NHWC data, 1-D.
     let nhwc_data = one(
         "tensor<2x8x8x16xf32>",
