@@ -15,6 +15,13 @@ fusion's address range; the samples are then counted per fusion kind
 and per library. Identical fusions compile to identical code and are
 counted under the first one's name.
 
+With oneDNN's library loaded as well (the host convolution kernel's,
+``HLOBRIDGE_ONEDNN_LIBRARY``), its copy and the plugin's both write
+``/tmp/perf-PID.map`` and overwrite each other's lines: most oneDNN kernels
+then count as ``onednn:[unknown]`` (XLA's fusions are unaffected). Run with
+``HLOBRIDGE_ONEDNN_LIBRARY=0`` for the plugin's kernel names (that also
+moves the convolutions the library ran, so compare shares with care).
+
 Needs ``perf``, ``readelf`` and ``nm``, and the right to read the child's
 memory (same user). Timings under ``perf`` are a little slower; use the
 shares, not the times.

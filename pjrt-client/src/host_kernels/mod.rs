@@ -4,8 +4,9 @@
 //! Two families: [`gemm`], small and medium matrix products, which the CPU
 //! plugin's own dot runs slowly because it wakes its thread pool for them;
 //! and [`conv`], convolutions as im2col plus that GEMM, in the operands'
-//! own layout (no NCHW/NHWC transposes), whose f32 weight gradients run on
-//! oneDNN's backward-weights convolution when [`onednn`] finds the library.
+//! own layout (no NCHW/NHWC transposes), whose f32 ones run on oneDNN's
+//! convolutions (backward weights, forward, backward data) when [`onednn`]
+//! finds the library.
 //! Registration happens once per plugin, when a client for
 //! the `cpu` platform is created; programs use the kernels only after the
 //! bridge's `host_gemm` / `host_conv` rewrites have turned dots and

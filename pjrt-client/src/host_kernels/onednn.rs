@@ -5,8 +5,9 @@
 //! `__onednn$...` custom calls, which run forward convolutions, matrix
 //! products and softmax; none of its `dnnl_*` symbols are exported, and
 //! neither are those of the copy inside PyTorch's `libtorch_cpu.so`. The
-//! host convolution kernel needs oneDNN's backward-weights convolution, so
-//! it loads a separate build: the `onednn-cpu-gomp` wheel's
+//! host convolution kernel needs oneDNN's backward-weights and
+//! backward-data convolutions (and its forward one in the blocked layouts
+//! the thunk does not use), so it loads a separate build: the `onednn-cpu-gomp` wheel's
 //! `libdnnl.so.3` (GNU OpenMP threading: it shares the process's
 //! `libgomp.so.1`, PyTorch's when torch is loaded), found by
 //! [`hlobridge_config::onednn_library`]. Without it, [`OneDnn::get`] is

@@ -148,7 +148,7 @@ fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped
                 }
                 pr = 0;
             }
-            reverse.push(!cfg.reverse[i]);
+            reverse.push(!cfg.reverse[i] && k > 1);
             lhs_dims.push(small_h);
             lhs_strides.push(sp);
             out_dims.push(big_h);
@@ -172,7 +172,7 @@ fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped
             if h <= 0 || s < 1 || d < 1 {
                 return None;
             }
-            reverse.push(cfg.reverse[i]);
+            reverse.push(cfg.reverse[i] && k > 1);
             lhs_dims.push(h);
             lhs_strides.push(sp);
             out_dims.push(ho);
