@@ -13,6 +13,7 @@
 //! it is asked once.
 
 use super::super::onednn::{self, ConvGeometry, Md, OneDnn, Pd, Primitive, Scratch};
+use crate::host_kernels::frame::BufferView;
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -267,6 +268,42 @@ pub(super) fn library() -> Option<&'static OneDnn> {
     OneDnn::get()
 }
 
+/// The plan for `k` when this call may use the library and it takes `k`.
+pub(super) fn planned(k: &Key) -> Option<Arc<Plan>> {
+    plan(library()?, k).ok()
+}
+
+/// Runs `p` on the host kernel's buffers: the lhs `x` (from element
+/// `lhs_offset` on), the rhs at `rhs` (the kernel's, or a copy the mapping
+/// made), and the result `y`. The plan's two inputs are the lhs and the
+/// rhs in that order in every direction (backward weights: src, diff_dst;
+/// forward: src, weights; backward data: diff_dst, weights), its output the
+/// result. `Ok(false)` when a buffer is null (nothing run).
+///
+/// # Safety
+/// The buffers must hold the operands as the plan's key describes them
+/// (`x` past `lhs_offset`), and `y` must not overlap the others.
+pub(super) unsafe fn execute_views(
+    p: &Plan,
+    x: &BufferView<'_>,
+    lhs_offset: usize,
+    rhs: *const std::ffi::c_void,
+    y: &BufferView<'_>,
+) -> Result<bool, String> {
+    let (Some(xp), Some(wp), Some(yp)) = (
+        NonNull::new(x.data as *mut u8),
+        NonNull::new(rhs as *mut u8),
+        NonNull::new(y.data as *mut u8),
+    ) else {
+        return Ok(false);
+    };
+    // SAFETY: the caller's contract: the offset is within the lhs.
+    let xp = unsafe { xp.add(lhs_offset * std::mem::size_of::<f32>()) };
+    // SAFETY: as above.
+    unsafe { execute(p, [xp, wp], yp)? };
+    Ok(true)
+}
+
 /// Runs `p` on the callers' buffers: `inputs` in the order of the plan's
 /// inputs (forward: src, weights; backward data: diff_dst, weights;
 /// backward weights: src, diff_dst), `output` its output.
@@ -274,11 +311,7 @@ pub(super) fn library() -> Option<&'static OneDnn> {
 /// # Safety
 /// Each buffer must hold its operand as the key's dims and strides
 /// describe it, and `output` must not overlap the inputs.
-pub(super) unsafe fn execute(
-    p: &Plan,
-    inputs: [NonNull<u8>; 2],
-    output: NonNull<u8>,
-) -> Result<(), String> {
+unsafe fn execute(p: &Plan, inputs: [NonNull<u8>; 2], output: NonNull<u8>) -> Result<(), String> {
     // Inputs: reorder into the primitive's layouts where they differ.
     let mut keep: Vec<Scratch> = Vec::new();
     let mut args: Vec<(i32, &Md, NonNull<u8>)> = Vec::with_capacity(4);

@@ -43,7 +43,6 @@ use super::config::{row_major_strides, spatial_sizes};
 use super::onednn_conv::{self, Direction, Key};
 use super::ConvConfig;
 use crate::host_kernels::frame::BufferView;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Fewest multiply-adds a convolution needs to be run on oneDNN here.
@@ -289,27 +288,15 @@ pub(crate) unsafe fn run(
     w: &BufferView<'_>,
     y: &BufferView<'_>,
 ) -> Result<bool, String> {
-    let Some(lib) = onednn_conv::library() else {
-        return Ok(false);
-    };
     let Some(m) = map(cfg, x.dims, w.dims, y.dims) else {
         return Ok(false);
     };
-    let Ok(p) = onednn_conv::plan(lib, &m.key) else {
+    let Some(p) = onednn_conv::planned(&m.key) else {
         return Ok(false);
     };
-    let (Some(xp), Some(wp), Some(yp)) = (
-        NonNull::new(x.data as *mut u8),
-        NonNull::new(w.data as *mut u8),
-        NonNull::new(y.data as *mut u8),
-    ) else {
-        return Ok(false);
-    };
-    // SAFETY: the crop offset is within the lhs (`map` keeps `h > 0`).
-    let xp = unsafe { xp.add(m.lhs_offset * 4) };
     let w_dims = &m.key.weights.0;
     let reversed = match &m.gather {
-        Some(g) => {
+        Some(g) if !w.data.is_null() => {
             let n: i64 = w_dims.iter().product();
             let mut buf = vec![0f32; n as usize];
             // SAFETY: `g`'s strides are the rhs buffer's own over the
@@ -318,16 +305,17 @@ pub(crate) unsafe fn run(
             unsafe { gather(w.data as *const f32, w_dims, g, buf.as_mut_ptr()) };
             Some(buf)
         }
-        None => None,
+        _ => None,
     };
-    let wp = match &reversed {
-        Some(b) => NonNull::from(&b[0]).cast::<u8>(),
-        None => wp,
-    };
+    let rhs = reversed
+        .as_ref()
+        .map_or(w.data as *const std::ffi::c_void, |b| b.as_ptr().cast());
     // SAFETY: the buffers hold the operands as `map`'s strides describe
-    // them: forward (src: lhs, weights, dst: result), backward data
-    // (diff_dst: lhs, weights, diff_src: result).
-    unsafe { onednn_conv::execute(&p, [xp, wp], yp)? };
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    Ok(true)
+    // them (the lhs past the crop offset `map` keeps within it; the rhs or
+    // its reversed copy; the result).
+    let ran = unsafe { onednn_conv::execute_views(&p, x, m.lhs_offset, rhs, y)? };
+    if ran {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(ran)
 }

@@ -37,7 +37,6 @@ use super::config::{plain_nonempty, row_major_strides, spatial_sizes};
 use super::onednn_conv::{self, Direction, Key};
 use super::ConvConfig;
 use crate::host_kernels::frame::BufferView;
-use std::ptr::NonNull;
 
 /// One call's mapping: the key, and where the (possibly cropped) input
 /// starts.
@@ -173,28 +172,18 @@ pub(crate) unsafe fn run(
     w: &BufferView<'_>,
     y: &BufferView<'_>,
 ) -> Result<bool, String> {
-    let Some(lib) = onednn_conv::library() else {
-        return Ok(false);
-    };
     let Some(m) = map(cfg, x.dims, w.dims, y.dims) else {
         return Ok(false);
     };
-    let Ok(p) = onednn_conv::plan(lib, &m.key) else {
+    let Some(p) = onednn_conv::planned(&m.key) else {
         return Ok(false);
     };
-    let (Some(xp), Some(wp), Some(yp)) = (
-        NonNull::new(x.data as *mut u8),
-        NonNull::new(w.data as *mut u8),
-        NonNull::new(y.data as *mut u8),
-    ) else {
-        return Ok(false);
-    };
-    // SAFETY: the crop offset is within the lhs (`map` keeps `h > 0`).
-    let xp = unsafe { xp.add(m.src_offset * 4) };
     // SAFETY: the caller's buffers hold the operands as `map`'s strides
-    // describe them (src: the lhs, diff_dst: the rhs, diff_weights: the
-    // result).
-    unsafe { onednn_conv::execute(&p, [xp, wp], yp)? };
-    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Ok(true)
+    // describe them (src: the lhs, past the crop offset `map` keeps within
+    // it; diff_dst: the rhs; diff_weights: the result).
+    let ran = unsafe { onednn_conv::execute_views(&p, x, m.src_offset, w.data, y)? };
+    if ran {
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(ran)
 }

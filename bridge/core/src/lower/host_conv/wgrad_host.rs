@@ -144,7 +144,11 @@ mod tests {
 }"#;
 
     fn routed(route: WeightGradRoute) -> String {
-        let mut m = parse_module(WGRADS).expect("parse");
+        routed_text(WGRADS, route)
+    }
+
+    fn routed_text(text: &str, route: WeightGradRoute) -> String {
+        let mut m = parse_module(text).expect("parse");
         let policy = HostConvPolicy::default()
             .with_onednn(true)
             .with_wgrad(route);
@@ -191,16 +195,7 @@ mod tests {
 
     #[test]
     fn training_convolutions_follow_the_route() {
-        let routed = |route| {
-            let mut m = parse_module(TRAINING).expect("parse");
-            let policy = HostConvPolicy::default()
-                .with_onednn(true)
-                .with_wgrad(route);
-            rewrite_host_conv(&mut m, &policy);
-            let out = print_module(&m, &PrintOptions::default());
-            parse_module(&out).expect("rewritten module parses back");
-            out
-        };
+        let routed = |route| routed_text(TRAINING, route);
         // The library: all three on the host kernel.
         let out = routed(WeightGradRoute::OneDnn);
         assert_eq!(out.matches("@hlobridge_conv(").count(), 3, "{out}");

@@ -8,7 +8,7 @@ use super::*;
 
 /// oneDNN, or `None` where it is not installed; a library named by
 /// `HLOBRIDGE_ONEDNN_LIBRARY` must load (`make test` names the venv's).
-fn onednn() -> Option<&'static crate::host_kernels::onednn::OneDnn> {
+pub(super) fn onednn() -> Option<&'static crate::host_kernels::onednn::OneDnn> {
     let lib = crate::host_kernels::onednn::OneDnn::get();
     if lib.is_none() {
         assert!(
@@ -20,15 +20,42 @@ fn onednn() -> Option<&'static crate::host_kernels::onednn::OneDnn> {
     lib
 }
 
-/// Runs `check_f32` and asserts that oneDNN computed it.
-fn check_on_onednn(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
-    let imp = onednn_wgrad::implementation(c, xd, wd, yd)
+/// A oneDNN route's `implementation` and `calls` functions.
+pub(super) type Route = (
+    fn(&ConvConfig, &[i64], &[i64], &[i64]) -> Result<String, String>,
+    fn() -> usize,
+);
+
+/// Runs `check_f32_any_route` and asserts that `route` took the
+/// convolution and ran it on oneDNN.
+pub(super) fn check_ran(
+    route: Route,
+    c: &ConvConfig,
+    xd: &[i64],
+    wd: &[i64],
+    yd: &[i64],
+    skew: usize,
+) {
+    let (implementation, calls) = route;
+    let imp = implementation(c, xd, wd, yd)
         .unwrap_or_else(|e| panic!("{c:?} {xd:?} x {wd:?} -> {yd:?}: {e}"));
-    let before = onednn_wgrad::calls();
+    let before = calls();
     check_f32_any_route(c, xd, wd, yd, skew);
     assert!(
-        onednn_wgrad::calls() > before,
+        calls() > before,
         "{xd:?} x {wd:?} -> {yd:?} ({imp}) did not run on oneDNN"
+    );
+}
+
+/// Runs `check_f32` and asserts that the weight-gradient route ran it.
+fn check_on_onednn(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
+    check_ran(
+        (onednn_wgrad::implementation, onednn_wgrad::calls),
+        c,
+        xd,
+        wd,
+        yd,
+        skew,
     );
 }
 

@@ -8,28 +8,20 @@
 
 use super::*;
 
-/// oneDNN, or `None` where it is not installed (see `onednn.rs`).
+/// Whether oneDNN is loaded (see `onednn.rs`).
 fn loaded() -> bool {
-    let lib = crate::host_kernels::onednn::OneDnn::get();
-    if lib.is_none() {
-        assert!(
-            hlobridge_config::get(hlobridge_config::Var::OneDnnLibrary).is_none(),
-            "HLOBRIDGE_ONEDNN_LIBRARY is set but oneDNN did not load (see the log)"
-        );
-        eprintln!("skipped: no oneDNN library (HLOBRIDGE_ONEDNN_LIBRARY unset)");
-    }
-    lib.is_some()
+    super::onednn::onednn().is_some()
 }
 
-/// Runs `check_f32_any_route` and asserts that oneDNN computed it.
+/// Runs `check_f32_any_route` and asserts that the data route ran it.
 fn check_on_onednn(c: &ConvConfig, xd: &[i64], wd: &[i64], yd: &[i64], skew: usize) {
-    let imp = onednn_data::implementation(c, xd, wd, yd)
-        .unwrap_or_else(|e| panic!("{c:?} {xd:?} x {wd:?} -> {yd:?}: {e}"));
-    let before = onednn_data::calls();
-    check_f32_any_route(c, xd, wd, yd, skew);
-    assert!(
-        onednn_data::calls() > before,
-        "{xd:?} x {wd:?} -> {yd:?} ({imp}) did not run on oneDNN"
+    super::onednn::check_ran(
+        (onednn_data::implementation, onednn_data::calls),
+        c,
+        xd,
+        wd,
+        yd,
+        skew,
     );
 }
 
