@@ -268,6 +268,13 @@ pub(super) fn library() -> Option<&'static OneDnn> {
     OneDnn::get()
 }
 
+/// The implementation oneDNN chooses for `key`, or why there is none:
+/// `not_taken` when the mapping gave no key (for tests and benches).
+pub(super) fn implementation(key: Option<&Key>, not_taken: &str) -> Result<String, String> {
+    let lib = library().ok_or("oneDNN is not loaded")?;
+    Ok(plan(lib, key.ok_or(not_taken)?)?.implementation.clone())
+}
+
 /// The plan for `k` when this call may use the library and it takes `k`.
 pub(super) fn planned(k: &Key) -> Option<Arc<Plan>> {
     plan(library()?, k).ok()

@@ -270,9 +270,11 @@ pub fn implementation(
     rhs: &[i64],
     out: &[i64],
 ) -> Result<String, String> {
-    let lib = onednn_conv::library().ok_or("oneDNN is not loaded")?;
-    let m = map(cfg, lhs, rhs, out).ok_or("not a form the oneDNN data route takes")?;
-    Ok(onednn_conv::plan(lib, &m.key)?.implementation.clone())
+    let m = map(cfg, lhs, rhs, out);
+    onednn_conv::implementation(
+        m.as_ref().map(|m| &m.key),
+        "not a form the oneDNN data route takes",
+    )
 }
 
 /// Runs the f32 convolution on oneDNN if it is loaded and takes it:
