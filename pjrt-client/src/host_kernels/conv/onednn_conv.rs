@@ -54,6 +54,28 @@ impl Key {
     }
 }
 
+/// One spatial dim of a forward convolution's input as oneDNN takes it:
+/// for an input of `h` elements (stride `sp` between them), low padding
+/// `pl` and a window that reaches `reach` padded positions (`(out − 1)·s +
+/// (k − 1)·d + 1`), the input size, low and high padding, and the elements
+/// to skip at its start: negative low padding crops the input, and the
+/// high padding is what the window reaches (≤ the op's own), cropping the
+/// input where negative. `None` when nothing of the input is read.
+pub(super) fn input_extent(h: i64, pl: i64, reach: i64, sp: i64) -> Option<(i64, i64, i64, usize)> {
+    let (mut h, mut pl, mut offset) = (h, pl, 0usize);
+    if pl < 0 {
+        offset = (-pl * sp) as usize;
+        h += pl;
+        pl = 0;
+    }
+    let mut pr = reach - h - pl;
+    if pr < 0 {
+        h += pr;
+        pr = 0;
+    }
+    (h > 0).then_some((h, pl, pr, offset))
+}
+
 /// One operand's user layout, and the primitive's where it differs.
 struct Side {
     user: Md,

@@ -12,7 +12,7 @@
 //!   `weights` the rhs as `[O, I, k...]` (grouped: `[G, O/G, I, k...]`),
 //!   `dst` the result; stride, dilation and padding carry over (negative
 //!   padding crops the input; the high side is trimmed to what the window
-//!   reaches, as in `onednn_wgrad.rs`).
+//!   reaches: `onednn_conv::input_extent`, shared with `onednn_wgrad.rs`).
 //! - **Lhs dilation `ld` (window stride 1): the input gradient of the
 //!   forward convolution with stride `ld`.** The result is that forward's
 //!   `diff_src`, the lhs its `diff_dst`, and its weights are
@@ -128,7 +128,6 @@ fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped
         w_dims.push(k);
         w_strides.push(st(&rs, cfg.rhs[2 + i]));
         let sp = st(&ls, cfg.lhs[2 + i]);
-        let (mut h, ho) = (ins[i], res[i]);
         if backward {
             // oneDNN's src is the result (`H`), its dst the lhs (`Ho`).
             let (s, big_h, small_h) = (cfg.lhs_dilation[i], res[i], ins[i]);
@@ -156,21 +155,13 @@ fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped
             pad_l.push(pl);
             pad_r.push(pr);
         } else {
-            let s = cfg.stride[i];
-            let mut pl = cfg.pad_lo[i];
-            if pl < 0 {
-                lhs_offset += (-pl * sp) as usize;
-                h += pl;
-                pl = 0;
-            }
-            let mut pr = (ho - 1) * s + ext - h - pl;
-            if pr < 0 {
-                h += pr;
-                pr = 0;
-            }
-            if h <= 0 || s < 1 || d < 1 {
+            let (s, ho) = (cfg.stride[i], res[i]);
+            if s < 1 || d < 1 {
                 return None;
             }
+            let reach = (ho - 1) * s + ext;
+            let (h, pl, pr, skip) = onednn_conv::input_extent(ins[i], cfg.pad_lo[i], reach, sp)?;
+            lhs_offset += skip;
             reverse.push(cfg.reverse[i] && k > 1);
             lhs_dims.push(h);
             lhs_strides.push(sp);

@@ -103,23 +103,13 @@ fn map(cfg: &ConvConfig, lhs: &[i64], rhs: &[i64], out: &[i64]) -> Option<Mapped
     for i in 0..nsp {
         let (s, d) = (cfg.rhs_dilation[i], cfg.stride[i]);
         let (ho, k) = (window[i], res[i]);
-        let mut h = ins[i];
-        let mut pl = cfg.pad_lo[i];
         let sp = st(&ls, cfg.lhs[2 + i]);
-        if pl < 0 {
-            src_offset += (-pl * sp) as usize;
-            h += pl;
-            pl = 0;
-        }
-        // The high padding the window reaches (≤ the op's own).
-        let mut pr = (k - 1) * d + (ho - 1) * s + 1 - h - pl;
-        if pr < 0 {
-            h += pr;
-            pr = 0;
-        }
-        if h <= 0 || s < 1 || d < 1 {
+        if s < 1 || d < 1 {
             return None;
         }
+        let reach = (k - 1) * d + (ho - 1) * s + 1;
+        let (h, pl, pr, skip) = onednn_conv::input_extent(ins[i], cfg.pad_lo[i], reach, sp)?;
+        src_offset += skip;
         src_dims.push(h);
         src_strides.push(sp);
         dst_dims.push(ho);
