@@ -44,7 +44,7 @@ use smallvec::SmallVec;
 
 /// Bump whenever the rewrite's output for a given input changes (part of
 /// compile-cache keys, see `HostLowering::cache_tag`).
-pub const REWRITE_VERSION: u32 = 7;
+pub const REWRITE_VERSION: u32 = 8;
 
 use hlobridge_host_abi::conv::output_size;
 pub use hlobridge_host_abi::conv::{ConvConfig, CONFIG_VERSION, MAX_SPATIAL, TARGET};
@@ -154,7 +154,9 @@ pub struct HostConvReport {
 /// One admitted convolution: the host kernel's config operand values, or
 /// the oneDNN call's JSON backend config.
 enum Conv {
-    Host(Vec<i64>),
+    /// The host kernel's call; `peel_rhs`: read the rhs through its
+    /// transposes and reversals ([`fold::peel_rhs`]).
+    Host { config: ConvConfig, peel_rhs: bool },
     OneDnn(onednn::Call),
     Dot(wgrad_dot::WeightGradDot),
 }
@@ -187,6 +189,7 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
     if plan.is_empty() {
         return report;
     }
+    let uses = crate::lower::onednn_call::use_lists(m);
     let i32t = m.int_type(32);
     let i64t = m.int_type(64);
     let names = Names {
@@ -207,7 +210,21 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
     };
     for (op, c) in plan {
         match c {
-            Conv::Host(config) => apply(m, op, config, &names),
+            Conv::Host {
+                mut config,
+                peel_rhs,
+            } => {
+                let lhs = m.op(op).operands[0];
+                let mut rhs = m.op(op).operands[1];
+                if peel_rhs {
+                    rhs = fold::peel_rhs(m, rhs, &mut config);
+                }
+                let at = fold::result_transpose(m, op, &uses).map(|(t, perm)| {
+                    fold::fold_result(&mut config, &perm);
+                    t
+                });
+                apply(m, op, [lhs, rhs], at, config.encode(), &names)
+            }
             Conv::OneDnn(call) => {
                 report.channels_last += usize::from(call.pins_layouts());
                 onednn::apply(m, op, call);
@@ -561,9 +578,11 @@ fn classify(m: &Module, op: OpId, policy: &HostConvPolicy, library_training: boo
         lhs_dilation: lhs_dil,
         rhs_dilation: rhs_dil,
         reverse: rev.iter().map(|&v| v != 0).collect(),
-    }
-    .encode();
-    Some(Conv::Host(config))
+    };
+    Some(Conv::Host {
+        config,
+        peel_rhs: library_training,
+    })
 }
 
 /// Interned names and attributes shared by every rewritten op.
@@ -592,8 +611,17 @@ const CONV_ATTRS: &[&str] = &[
     "window_strides",
 ];
 
-/// Rewrites `op` into the host convolution call with config `config`.
-fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
+/// Rewrites `op` into the host convolution call with config `config`,
+/// reading `operands`; with `at` (the transpose of `op`'s result the
+/// config now writes, [`fold`]), that op becomes the call and `op` goes.
+fn apply(
+    m: &mut Module,
+    op: OpId,
+    operands: [ValueId; 2],
+    at: Option<OpId>,
+    config: Vec<i64>,
+    names: &Names,
+) {
     let block = m.op(op).parent.expect("classified ops are placed");
     let loc = m.op(op).loc;
     let pos = m.blocks[block.index()]
@@ -629,9 +657,23 @@ fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
     m.op_mut(k).parent = Some(block);
     let drop: Vec<crate::intern::Sym> =
         CONV_ATTRS.iter().filter_map(|n| m.strings.get(n)).collect();
-    let o = m.op_mut(op);
+    let call = match at {
+        Some(t) => {
+            // The convolution's attributes move to the transpose, which
+            // becomes the call (its result value, the transposed one, kept).
+            let attrs = m.op(op).attrs.clone();
+            m.blocks[block.index()].ops.retain(|&x| x != op);
+            m.op_mut(op).parent = None;
+            let o = m.op_mut(t);
+            o.attrs = attrs;
+            o.loc = loc;
+            t
+        }
+        None => op,
+    };
+    let o = m.op_mut(call);
     o.name = names.custom_call;
-    o.operands.push(cfg);
+    o.operands = SmallVec::from_slice(&[operands[0], operands[1], cfg]);
     o.props = SmallVec::from_slice(&[
         NamedAttr {
             name: names.api_version,
@@ -645,6 +687,7 @@ fn apply(m: &mut Module, op: OpId, config: Vec<i64>, names: &Names) {
     o.attrs.retain(|a| !drop.contains(&a.name));
 }
 
+mod fold;
 mod onednn;
 mod onednn_fuse;
 #[cfg(test)]
