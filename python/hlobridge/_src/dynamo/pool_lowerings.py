@@ -213,8 +213,14 @@ def _scatter_back(grad: torch.Tensor, x: torch.Tensor, indices: torch.Tensor, d:
     size = 1
     for n in x.shape[-d:]:
         size *= n
-    out = grad.new_zeros(*lead, size)
-    out = out.scatter_add(-1, indices.reshape(*lead, -1), grad.reshape(*lead, -1))
+    planes = 1
+    for n in lead:
+        planes *= n
+    # One flat index into the whole input (a one-column scatter: XLA then
+    # builds no coordinate tuples from iotas).
+    plane = torch.arange(planes, device=x.device).reshape(planes, 1) * size
+    at = (indices.reshape(planes, -1) + plane).reshape(-1)
+    out = grad.new_zeros(planes * size).scatter_add(0, at, grad.reshape(-1))
     return out.reshape(x.shape)
 
 
