@@ -156,7 +156,10 @@ pub struct HostConvReport {
 enum Conv {
     /// The host kernel's call; `peel_rhs`: read the rhs through its
     /// transposes and reversals ([`fold::peel_rhs`]).
-    Host { config: ConvConfig, peel_rhs: bool },
+    Host {
+        config: ConvConfig,
+        peel_rhs: bool,
+    },
     OneDnn(onednn::Call),
     Dot(wgrad_dot::WeightGradDot),
 }

@@ -1,4 +1,5 @@
-"""Adaptive and dilated max pooling inside the program.
+"""Max pooling inside the program: adaptive, dilated, and floating-point
+undilated.
 
 torch_xla lowers neither ``adaptive_max_pool2d``/``3d`` nor their backward
 (``nn.AdaptiveMaxPool1d/2d/3d``, ``adaptive_max_pool1d`` goes through the
@@ -20,13 +21,15 @@ torch_xla lowers:
 - **backward**: ``scatter_add`` of the output gradient at those indices,
   eager's accumulation.
 
-Floating-point ``max_pool{1,2,3}d_with_indices`` without dilation are
-lowered here too. torch_xla's lowering reduced each window twice, once for
+Floating-point ``max_pool{2,3}d_with_indices`` without dilation (1-d pools
+reach the 2-d op) are lowered here too. torch_xla's lowering reduced each window twice, once for
 the values and once, as a five-operand ``reduce-window``, for the indices,
 and XLA:CPU runs both as scalar loops: through ``torch.compile``, the
 forward with indices of ResNet-50's stem pool (batch 8) took 146 ms, its
-forward and backward 246 ms, against 10 and 40 ms here
-(``docs/host_conv.md``). Here the input is padded with ``-inf`` and each
+forward and backward 246 ms, against 10 and 40 ms here (eager: 42 and
+55 ms; 2-core Intel Xeon). In a whole ``compile_train_step`` program, where
+XLA overlapped the old loops with other work, the step time was unchanged
+(7 interleaved rounds). Here the input is padded with ``-inf`` and each
 window offset is one strided slice: the maximum is their ``maximum`` (NaN
 if one is), and the index the first valid offset equal to it, or the last
 NaN, each offset compared on its own (a running select chain, fused into

@@ -124,8 +124,8 @@ fn rank(m: &Module, v: ValueId) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{rewrite_host_conv, ConvConfig, HostConvPolicy, WeightGradRoute};
-    use crate::{parse_module, print_module, PrintOptions};
+    use super::super::wgrad_host::tests::routed_text;
+    use super::super::{ConvConfig, WeightGradRoute};
 
     /// A training program's convolutions at ResNet-50's 3×3 128@28 (batch
     /// 8) as torch_xla spells them: the forward, the weight gradient and
@@ -153,7 +153,13 @@ mod tests {
                     .lines()
                     .find(|d| d.trim_start().starts_with(&format!("{cfg_name} = ")))
                     .expect("config constant");
-                let body = def.split("dense<").nth(1).unwrap().split('>').next().unwrap();
+                let body = def
+                    .split("dense<")
+                    .nth(1)
+                    .unwrap()
+                    .split('>')
+                    .next()
+                    .unwrap();
                 let v: Vec<i64> = body
                     .trim_matches(['[', ']'])
                     .split(',')
@@ -166,13 +172,7 @@ mod tests {
 
     #[test]
     fn training_calls_write_and_read_the_parameters_layout() {
-        let mut m = parse_module(TRAINING).expect("parse");
-        let policy = HostConvPolicy::default()
-            .with_onednn(true)
-            .with_wgrad(WeightGradRoute::OneDnn);
-        rewrite_host_conv(&mut m, &policy);
-        let out = print_module(&m, &PrintOptions::default());
-        parse_module(&out).expect("rewritten module parses back");
+        let out = routed_text(TRAINING, WeightGradRoute::OneDnn);
         assert!(!out.contains("stablehlo.convolution"), "{out}");
         assert_eq!(out.matches("stablehlo.transpose").count(), 1, "{out}");
         let c = calls(&out);
@@ -195,12 +195,7 @@ mod tests {
 
     #[test]
     fn outside_training_on_the_library_the_rhs_is_not_peeled() {
-        let mut m = parse_module(TRAINING).expect("parse");
-        let policy = HostConvPolicy::default()
-            .with_onednn(true)
-            .with_wgrad(WeightGradRoute::OneDnnGradients);
-        rewrite_host_conv(&mut m, &policy);
-        let out = print_module(&m, &PrintOptions::default());
+        let out = routed_text(TRAINING, WeightGradRoute::OneDnnGradients);
         let c = calls(&out);
         // The gradients on the host kernel; the reversal stays XLA's.
         assert_eq!(c.len(), 2, "{out}");

@@ -130,7 +130,7 @@ pub(super) fn takes(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{rewrite_host_conv, HostConvPolicy};
     use super::WeightGradRoute;
     use crate::{parse_module, print_module, PrintOptions};
@@ -147,7 +147,9 @@ mod tests {
         routed_text(WGRADS, route)
     }
 
-    fn routed_text(text: &str, route: WeightGradRoute) -> String {
+    /// `text` rewritten with oneDNN on and weight gradients routed so
+    /// (checked to parse back).
+    pub(crate) fn routed_text(text: &str, route: WeightGradRoute) -> String {
         let mut m = parse_module(text).expect("parse");
         let policy = HostConvPolicy::default()
             .with_onednn(true)
