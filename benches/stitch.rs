@@ -8,7 +8,7 @@
 
 use criterion::{black_box, Criterion};
 use hlobridge::stitch::{stitch, Program, Segment};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Measured with the allocator our binaries ship (CLI, Python extension).
@@ -100,7 +100,7 @@ fn stitch_and_print(p: &Program) -> usize {
 
 /// The half-size module: the same train step with 12 layers
 /// (`gen_big_module.py --layers 12 --out .cache/big/transformer12_train.mlir`).
-fn half_module(root: &PathBuf) -> Option<String> {
+fn half_module(root: &Path) -> Option<String> {
     std::fs::read_to_string(root.join(".cache/big/transformer12_train.mlir")).ok()
 }
 
