@@ -322,7 +322,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--out-dir", default=str(DEFAULT_OUT))
     ap.add_argument("--expected", default=str(expect.DEFAULT_PATH))
-    ap.add_argument("--report", default=str(ROOT / "docs" / "op_numerics.md"))
+    ap.add_argument("--report", default=None,
+                    help="the report to rewrite (default: docs/op_numerics.md, only when "
+                         "--out-dir is the committed rows' folder: a scratch run's rows must "
+                         "not replace the committed report; '' for none)")
     ap.add_argument("--report-only", action="store_true", help="only rewrite --report")
     ap.add_argument("--note", default="", help="a paragraph for the report (what the run covered)")
     ap.add_argument("--check", action="store_true",
@@ -368,6 +371,8 @@ def main() -> None:
         print(f"{expect.merge_new(rows, Path(args.expected))} cases added/widened in "
               f"{args.expected}")
         entries = expect.load(Path(args.expected))
+    if args.report is None and out_dir.resolve() == Path(DEFAULT_OUT).resolve():
+        args.report = str(ROOT / "docs" / "op_numerics.md")
     if args.report:
         import op_sweep_report
 
