@@ -222,7 +222,7 @@ pub fn rewrite_host_conv(m: &mut Module, policy: &HostConvPolicy) -> HostConvRep
                 if peel_rhs {
                     rhs = fold::peel_rhs(m, rhs, &mut config);
                 }
-                let at = fold::result_transpose(m, op, &uses).map(|(t, perm)| {
+                let at = fold::result_transpose(m, op, config.out.len(), &uses).map(|(t, perm)| {
                     fold::fold_result(&mut config, &perm);
                     t
                 });

@@ -173,11 +173,6 @@ def _sliced_window_max(x: torch.Tensor, ks: list[int], st: list[int], pad: list[
     def along(a: int, v: torch.Tensor) -> torch.Tensor:
         return shaped(a, v * strides[a])
 
-    # Eager's starting index: each window's first position inside the input.
-    flat = torch.zeros((), dtype=torch.int64, device=x.device)
-    for a in range(d):
-        start = torch.arange(outs[a], dtype=torch.int64, device=x.device) * st[a] - pad[a]
-        flat = flat + along(a, start.clamp(min=0))
     wins = []
     for offset in itertools.product(*[range(k) for k in ks]):
         win = xp
@@ -195,14 +190,17 @@ def _sliced_window_max(x: torch.Tensor, ks: list[int], st: list[int], pad: list[
     # first valid position holding it, or the last NaN. Each offset is
     # compared with the maximum on its own, so no select depends on the
     # one before (a running chain fused into its consumers measured slower).
+    # Some offset always matches (padding is ``-inf``, so the maximum is a
+    # valid position's value), so each chain starts from the offset it
+    # would reach last instead of testing it.
     best = wins[0][0]
     for win, _, _ in wins[1:]:
         best = torch.maximum(best, win)
-    index = flat
-    for win, pos, valid in reversed(wins):
+    index = wins[-1][1]
+    for win, pos, valid in reversed(wins[:-1]):
         index = torch.where((win == best) & valid, pos, index)
-    nan_index = flat
-    for win, pos, _ in wins:
+    nan_index = wins[0][1]
+    for win, pos, _ in wins[1:]:
         nan_index = torch.where(torch.isnan(win), pos, nan_index)
     index = torch.where(torch.isnan(best), nan_index, index)
     return best, index.expand(best.shape)

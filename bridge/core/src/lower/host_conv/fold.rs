@@ -23,11 +23,12 @@ use crate::ir::{OpId, ValueDef, ValueId};
 use crate::Module;
 use smallvec::SmallVec;
 
-/// The `stablehlo.transpose` that is the only use of `op`'s result, in
-/// `op`'s block, and its permutation.
+/// The `stablehlo.transpose` that is the only use of `op`'s result (of
+/// rank `n`), in `op`'s block, and its permutation.
 pub(super) fn result_transpose(
     m: &Module,
     op: OpId,
+    n: usize,
     uses: &[SmallVec<[OpId; 2]>],
 ) -> Option<(OpId, Vec<usize>)> {
     let v = *m.op(op).results.first()?;
@@ -37,7 +38,7 @@ pub(super) fn result_transpose(
     if m.op_name(*user) != "stablehlo.transpose" || m.op(*user).parent != m.op(op).parent {
         return None;
     }
-    let perm = permutation(m, *user, rank(m, v)?)?;
+    let perm = permutation(m, *user, n)?;
     Some((*user, perm))
 }
 
@@ -113,13 +114,6 @@ fn permutation(m: &Module, op: OpId, n: usize) -> Option<Vec<usize>> {
         out.push(p);
     }
     (out.len() == n).then_some(out)
-}
-
-fn rank(m: &Module, v: ValueId) -> Option<usize> {
-    match m.ty(m.value_type(v)) {
-        crate::ir::Type::Tensor { dims, .. } => Some(dims.len()),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
