@@ -26,8 +26,8 @@ reach the 2-d op) are lowered here too. torch_xla's lowering reduced each window
 the values and once, as a five-operand ``reduce-window``, for the indices,
 and XLA:CPU runs both as scalar loops: through ``torch.compile``, the
 forward with indices of ResNet-50's stem pool (batch 8) took 146 ms, its
-forward and backward 246 ms, against 10 and 40 ms here (eager: 42 and
-55 ms; 2-core Intel Xeon). In a whole ``compile_train_step`` program, where
+forward and backward 246 ms, against 10–14 and 40–62 ms here (eager:
+37–43 and 51–55 ms; 2-core Intel Xeon, medians of several runs). In a whole ``compile_train_step`` program, where
 XLA overlapped the old loops with other work, the step time was unchanged
 (7 interleaved rounds). Here the input is padded with ``-inf`` and each
 window offset is one strided slice: the maximum is their ``maximum`` (NaN
